@@ -1,0 +1,44 @@
+"""cdktf app: one self-contained stack per provisioning model (spot, ondemand, flex).
+
+`cdktf synth|deploy|destroy` runs this through cdktf.json. Configuration errors for every
+stack are printed together and stop synth before any file is written; warnings are printed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+from tpuserve.config import ConfigError, Deployment, deployment_warnings, load_deployments
+
+
+def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None):  # noqa: ANN201
+    """Wire the stacks into an App (synthesis is the caller's choice)."""
+    from stacks.cdk import App
+    from stacks.flex import FlexStack
+    from stacks.tpu_vm import TpuVmStack
+
+    app = App(outdir=outdir) if outdir else App()
+    for name, d in deployments.items():
+        if d.stack.provisioning_model == "flex":
+            FlexStack(app, d)
+        else:
+            TpuVmStack(app, d)
+    return app
+
+
+def main() -> int:
+    try:
+        deployments = load_deployments()
+    except ConfigError as exc:
+        print(f"tpuserve: {exc}", file=sys.stderr)
+        return 1
+    for name, d in deployments.items():
+        for warning in deployment_warnings(d):
+            print(f"tpuserve: warning: [{name}] {warning}", file=sys.stderr)
+    build_app(deployments).synth()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

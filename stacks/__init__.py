@@ -1,0 +1,1 @@
+"""cdktf stacks: one per provisioning model (spot, ondemand, flex)."""

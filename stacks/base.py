@@ -1,0 +1,42 @@
+"""What every stack shares: the provider, the foundation and the common outputs."""
+
+from __future__ import annotations
+
+from tpuserve.config import Deployment
+from tpuserve.startup import render_startup
+
+from .cdk import Construct, GoogleBetaProvider, LocalBackend, TerraformOutput, TerraformStack
+from .foundation import Foundation
+
+
+class ServingStack(TerraformStack):
+    """A self-contained stack: `cdktf deploy NAME` and `cdktf destroy NAME` work alone."""
+
+    def __init__(self, scope: Construct, deployment: Deployment) -> None:
+        super().__init__(scope, deployment.name)
+        d = deployment
+        self.deployment = d
+        # Relative to cdktf.out/stacks/NAME, where terraform runs: state sits at the repo root
+        # and synthesized JSON carries no machine path.
+        LocalBackend(self, path=f"../../../terraform.{d.name}.tfstate")
+        GoogleBetaProvider(
+            self, "google_beta", project=d.gcp.project, region=d.gcp.region, zone=d.gcp.zone,
+            default_labels={"managed-by": "tpuserve"},
+        )
+        self.foundation = Foundation(self, "foundation", deployment=d)
+        self.startup_script = render_startup(d)
+
+    def output(self, name: str, value: object, description: str) -> None:
+        TerraformOutput(self, name, value=value, description=description)
+
+    def common_outputs(self, external_ip: str) -> None:
+        d = self.deployment
+        self.output("node_name", d.node_name, "TPU node name")
+        self.output("zone", d.gcp.zone, "TPU zone")
+        self.output("external_ip", external_ip, "The node's external IP (changes on recreate)")
+        self.output("endpoint", f"http://{external_ip}:{d.vllm.port}/v1",
+                    "OpenAI-compatible base URL")
+        # SPEC 3: `gcloud compute tpus tpu-vm ssh` fails in some sandboxes; plain ssh works.
+        self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
+        self.output("usd_per_hour", round(d.usd_per_hour, 4),
+                    f"{d.stack.provisioning_model} price, $/hour (SPEC 2)")

@@ -1,0 +1,171 @@
+"""Foundation construct: what every stack's TPU VM stands on.
+
+A dedicated service account with only what the VM needs, the Secret Manager secrets it may
+read (HF token, API key), the compile-cache bucket it may read and write, the narrow role the
+billing guard uses to delete its own node, and the firewall rules. No secret VALUE ever passes
+through here: versions are added out of band (README), so none lands in state or plans.
+"""
+
+from __future__ import annotations
+
+from tpuserve.config import IAP_RANGE, Deployment
+
+from .cdk import (
+    Construct,
+    GoogleComputeFirewall,
+    GoogleComputeFirewallAllow,
+    GoogleProjectIamCustomRole,
+    GoogleProjectIamMember,
+    GoogleSecretManagerSecret,
+    GoogleSecretManagerSecretIamMember,
+    GoogleSecretManagerSecretReplication,
+    GoogleSecretManagerSecretReplicationUserManaged,
+    GoogleSecretManagerSecretReplicationUserManagedReplicas,
+    GoogleServiceAccount,
+    GoogleStorageBucket,
+    GoogleStorageBucketIamMember,
+    GoogleStorageBucketLifecycleRule,
+    GoogleStorageBucketLifecycleRuleAction,
+    GoogleStorageBucketLifecycleRuleCondition,
+)
+
+# Secret Manager accepts only the cloud-platform scope, so IAM (not scopes) is the fence.
+VM_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+# Permissions of the billing guard's custom role: read and delete a TPU node, nothing else.
+GUARD_PERMISSIONS = ["tpu.nodes.get", "tpu.nodes.delete", "tpu.operations.get"]
+
+
+class Foundation(Construct):
+    """Service account, secrets, cache bucket, IAM and firewall for one stack."""
+
+    def __init__(self, scope: Construct, id_: str, *, deployment: Deployment) -> None:
+        super().__init__(scope, id_)
+        d = deployment
+        self.deployment = d
+        # Grants the VM needs before it boots (its depends_on list).
+        self.grants: list[object] = []
+
+        self.service_account = GoogleServiceAccount(
+            self, "service_account",
+            account_id=d.service_account_id,
+            display_name=f"tpuserve {d.name}: TPU VM serving {d.vllm.model}",
+        )
+        self.service_account.override_logical_id("service_account")
+        member = f"serviceAccount:{self.service_account.email}"
+
+        replication = GoogleSecretManagerSecretReplication(
+            user_managed=GoogleSecretManagerSecretReplicationUserManaged(
+                replicas=[
+                    GoogleSecretManagerSecretReplicationUserManagedReplicas(
+                        location=d.gcp.region
+                    )
+                ]
+            )
+        )
+        self.secrets: dict[str, GoogleSecretManagerSecret] = {}
+        for key, secret_id in (("hf_token", d.hf_token_secret_id),
+                               ("api_key", d.api_key_secret_id)):
+            if key == "api_key" and not d.access.api_key_proxy:
+                continue
+            secret = GoogleSecretManagerSecret(
+                self, f"{key}_secret",
+                secret_id=secret_id,
+                replication=replication,
+                labels=d.labels,
+            )
+            secret.override_logical_id(f"{key}_secret")
+            access = GoogleSecretManagerSecretIamMember(
+                self, f"{key}_secret_accessor",
+                secret_id=secret.id,
+                role="roles/secretmanager.secretAccessor",
+                member=member,
+            )
+            access.override_logical_id(f"{key}_secret_accessor")
+            self.grants.append(access)
+            self.secrets[key] = secret
+
+        # Writing logs is project-wide by nature; it is the only project-level grant but one.
+        logs = GoogleProjectIamMember(
+            self, "log_writer", project=d.gcp.project, role="roles/logging.logWriter",
+            member=member,
+        )
+        logs.override_logical_id("log_writer")
+        self.grants.append(logs)
+
+        self.cache_bucket: GoogleStorageBucket | None = None
+        if d.cache.enabled:
+            self._cache_bucket(d, member)
+        if d.stack.provisioning_model != "flex" and d.stack.max_run_hours > 0:
+            self._billing_guard(d, member)
+        self._firewall(d)
+
+    def _cache_bucket(self, d: Deployment, member: str) -> None:
+        bucket = GoogleStorageBucket(
+            self, "cache_bucket",
+            name=d.cache_bucket,
+            location=d.gcp.region.upper(),
+            uniform_bucket_level_access=True,
+            public_access_prevention="enforced",
+            force_destroy=True,  # a cache: destroy must not fail on leftover objects
+            labels=d.labels,
+            lifecycle_rule=[
+                GoogleStorageBucketLifecycleRule(
+                    action=GoogleStorageBucketLifecycleRuleAction(type="Delete"),
+                    condition=GoogleStorageBucketLifecycleRuleCondition(
+                        age=d.cache.retention_days
+                    ),
+                )
+            ],
+        )
+        bucket.override_logical_id("cache_bucket")
+        # objectUser: read, write and list objects of this one bucket; no bucket admin.
+        rw = GoogleStorageBucketIamMember(
+            self, "cache_bucket_object_user", bucket=bucket.name,
+            role="roles/storage.objectUser", member=member,
+        )
+        rw.override_logical_id("cache_bucket_object_user")
+        self.grants.append(rw)
+        self.cache_bucket = bucket
+
+    def _billing_guard(self, d: Deployment, member: str) -> None:
+        # TPU nodes have no resource-level IAM: the narrowest grant is a project custom role
+        # holding just these three permissions.
+        role = GoogleProjectIamCustomRole(
+            self, "billing_guard_role",
+            role_id=f"tpuserve_{d.name}_billing_guard",
+            title=f"tpuserve {d.name} billing guard",
+            description="Lets the TPU VM delete itself when max_run_hours expires",
+            permissions=GUARD_PERMISSIONS,
+        )
+        role.override_logical_id("billing_guard_role")
+        grant = GoogleProjectIamMember(
+            self, "billing_guard", project=d.gcp.project, role=role.name, member=member,
+        )
+        grant.override_logical_id("billing_guard")
+        self.grants.append(grant)
+
+    def _firewall(self, d: Deployment) -> None:
+        network = d.gcp.network
+        ssh = GoogleComputeFirewall(
+            self, "firewall_ssh",
+            name=f"tpuserve-{d.name}-allow-ssh",
+            network=network,
+            direction="INGRESS",
+            allow=[GoogleComputeFirewallAllow(protocol="tcp", ports=["22"])],
+            source_ranges=[IAP_RANGE, *d.access.ssh_source_ranges],
+            target_tags=[d.network_tag],
+            description="SSH from Google's IAP range plus access.ssh_source_ranges",
+        )
+        ssh.override_logical_id("firewall_ssh")
+        if d.access.api_source_ranges:  # closed unless a setting opens it
+            api = GoogleComputeFirewall(
+                self, "firewall_api",
+                name=f"tpuserve-{d.name}-allow-api",
+                network=network,
+                direction="INGRESS",
+                allow=[GoogleComputeFirewallAllow(protocol="tcp", ports=[str(d.vllm.port)])],
+                source_ranges=list(d.access.api_source_ranges),
+                target_tags=[d.network_tag],
+                description="The OpenAI-compatible API from access.api_source_ranges",
+            )
+            api.override_logical_id("firewall_api")

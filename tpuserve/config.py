@@ -1,0 +1,520 @@
+"""The one validated configuration: TOML in, typed `Deployment` objects out.
+
+Every measured rule of SPEC section 4 is a validator here; its message names the setting,
+the bad value, the rule and the measurement behind it. Errors for every stack are gathered
+and raised together (`ConfigError`) before anything is synthesized. Soft rules are warnings
+(`deployment_warnings`), printed at synth.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "config" / "default.toml"
+STACK_NAMES = ("spot", "ondemand", "flex")
+ProvisioningModel = Literal["spot", "ondemand", "flex"]
+
+# SPEC 4: gpu_memory_utilization 0.92 is the measured ceiling; 0.95 died at boot twice.
+GPU_MEM_CEILING = 0.92
+GPU_MEM_FATAL = 0.95
+# SPEC 4: one multimodal item needs 2496 tokens with --disable-chunked-mm-input and
+# {"image":4,"audio":1}; 2048 failed at boot with this exact error.
+MM_ITEM_TOKENS = 2496
+# SPEC 4: the 16 values vLLM's --kv-cache-dtype accepts, sorted by what they do on this build.
+KV_DTYPES_OK = frozenset({"auto", "bfloat16"})
+KV_DTYPES_FP8 = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
+KV_DTYPES_FATAL = frozenset({"int8_per_token_head", "fp8_inc", "fp8_ds_mla", "nvfp4"})
+KV_DTYPES_UNTESTED = frozenset({"float16", "fp8_per_token_head", "int4_per_token_head"})
+# SPEC 5: Gemma 4 E2B has one KV head (MQA).
+MODEL_KV_HEADS = 1
+IAP_RANGE = "35.235.240.0/20"  # Google's IAP TCP-forwarding range
+MAX_FLEX_RUN_SECONDS = 7 * 24 * 3600  # flex-start lasts at most 7 days (SPEC 2, issue 3)
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are typos: reject them instead of silently ignoring a setting."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+def _spec_error(setting: str, value: object, rule: str, why: str) -> ValueError:
+    return ValueError(f"{setting} = {value!r}: {rule} ({why})")
+
+
+def parse_duration(text: str) -> int:
+    """'4h', '90m', '7d', '14400s' or '1h30m' -> seconds (gcloud's duration words)."""
+    parts = re.findall(r"(\d+)([dhms])", text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"{text!r} is not a duration like 4h, 90m, 7d or 14400s")
+    scale = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    return sum(int(n) * scale[u] for n, u in parts)
+
+
+class GcpSettings(StrictModel):
+    project: str
+    zone: str = "us-west4-a"
+    network: str = "default"
+
+    @field_validator("project")
+    @classmethod
+    def _project_id(cls, v: str) -> str:
+        # Google's rule for project ids: 6-30 chars, lowercase letter first, no trailing hyphen.
+        if not re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", v):
+            raise ValueError(
+                f"gcp.project = {v!r}: a project id is 6-30 lowercase letters, digits or "
+                "hyphens, starting with a letter (set TPUSERVE_PROJECT)"
+            )
+        return v
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z]+-[a-z]+\d+-[a-z]", v):
+            raise ValueError(f"gcp.zone = {v!r}: a zone looks like us-west4-a")
+        return v
+
+    @property
+    def region(self) -> str:
+        return self.zone.rsplit("-", 1)[0]
+
+
+class TpuSettings(StrictModel):
+    accelerator_type: str = "v5litepod-1"
+    runtime_version: str = "v2-alpha-tpuv5-lite"
+
+    @field_validator("accelerator_type")
+    @classmethod
+    def _accelerator(cls, v: str) -> str:
+        if re.fullmatch(r"v5e-\d+", v):
+            raise _spec_error(
+                "tpu.accelerator_type", v, f"spell it 'v5litepod-{v.split('-')[1]}'",
+                "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",
+            )
+        if not re.fullmatch(r"v5litepod-(1|4|8|16|32|64|128|256)", v):
+            raise _spec_error(
+                "tpu.accelerator_type", v, "must be a v5e slice: v5litepod-1, -4, -8 ... -256",
+                "SPEC 1: this deployment targets Cloud TPU v5e",
+            )
+        return v
+
+    @property
+    def chips(self) -> int:
+        return int(self.accelerator_type.rsplit("-", 1)[1])
+
+
+class TpuInferenceEnv(StrictModel):
+    """tpu-inference environment variables (SPEC 4); names are the variables themselves."""
+
+    ATTN_BUCKETIZED_NUM_REQS: bool = False
+    SLICE_ROPE_CACHE: bool = False
+    NUM_PRECOMPILE_WORKERS: Annotated[int, Field(ge=1, le=64)] = 1
+    VLLM_TPU_BUCKET_PADDING_GAP: Annotated[int, Field(ge=0, le=65536)] = 0
+    VLLM_XLA_CHECK_RECOMPILATION: bool = False
+
+
+class VllmSettings(StrictModel):
+    model: str = "google/gemma-4-E2B-it"
+    image: str = "vllm/vllm-tpu:nightly"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    dtype: Literal["bfloat16"] = "bfloat16"
+    kv_cache_dtype: str = "auto"
+    max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 32768
+    # Declared before max_num_batched_tokens: its multimodal floor reads them.
+    disable_chunked_mm_input: bool = True
+    limit_mm_per_prompt: dict[Literal["image", "audio", "video"], Annotated[int, Field(ge=0)]] = (
+        Field(default_factory=lambda: {"image": 4, "audio": 1})
+    )
+    max_num_batched_tokens: Annotated[int, Field(ge=16, le=1_048_576)] = 4096
+    max_num_seqs: Annotated[int, Field(ge=1, le=4096)] | None = None
+    block_size: int | None = None
+    tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
+    allow_untested_gpu_memory_utilization: bool = False
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = GPU_MEM_CEILING
+    kv_cache_memory_bytes: Annotated[int, Field(gt=0)] | None = None
+    enable_prefix_caching: bool = True
+    enable_auto_tool_choice: bool = True
+    tool_call_parser: str | None = "gemma4"
+    reasoning_parser: str | None = "gemma4"
+    shm_size: Annotated[str, Field(pattern=r"^\d+[kmg]b?$")] = "10gb"
+    env: TpuInferenceEnv = Field(default_factory=TpuInferenceEnv)
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _dtype(cls, v: object) -> object:
+        if v != "bfloat16":
+            raise _spec_error(
+                "vllm.dtype", v, "only bfloat16 is supported",
+                "SPEC 4: weights quantization is bf16 only; w4a16, mxfp4, int8/int4 PTQ, AWQ and "
+                "GGUF do not boot on the JAX path",
+            )
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if re.fullmatch(r"(sha256:)?[0-9a-f]{64}", v):
+            raise _spec_error(
+                "vllm.image", v, "give a tag (repo:tag) or a manifest digest (repo@sha256:...)",
+                "SPEC 1: the sha256 id that `docker images` prints is a config-blob id; "
+                "`docker pull` by it fails with 'unexpected media type'",
+            )
+        ref = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::\d+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+        if not re.fullmatch(ref + r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?", v):
+            raise _spec_error(
+                "vllm.image", v, "not a valid image reference (repo[:tag][@sha256:<64 hex>])",
+                "SPEC 1: pin a tag or a manifest digest",
+            )
+        return v
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_dtype(cls, v: str) -> str:
+        if v in KV_DTYPES_OK or v in KV_DTYPES_FP8:
+            return v
+        if v == "int8":
+            raise _spec_error(
+                "vllm.kv_cache_dtype", v, "not a vLLM choice",
+                "SPEC 4: rejected by the CLI enum: invalid choice: 'int8'",
+            )
+        if v in KV_DTYPES_FATAL or v.startswith("turboquant_"):
+            raise _spec_error(
+                "vllm.kv_cache_dtype", v, "use auto (bf16) or an fp8 variant",
+                "SPEC 4: accepted by the CLI, then kills the server at boot on this build",
+            )
+        if v in KV_DTYPES_UNTESTED:
+            raise _spec_error(
+                "vllm.kv_cache_dtype", v, "untested on this build; use auto",
+                "SPEC 4: accepted by the CLI but never booted; its siblings "
+                "int8_per_token_head and nvfp4 kill the server at boot",
+            )
+        raise _spec_error(
+            "vllm.kv_cache_dtype", v, "unknown; use auto",
+            "SPEC 4: auto, bfloat16 and fp8/fp8_e4m3/fp8_e5m2 are the values that boot",
+        )
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_size(cls, v: int | None) -> int | None:
+        if v is not None:
+            raise _spec_error(
+                "vllm.block_size", v, "never set it; the backend picks it from max_model_len",
+                "SPEC 4: a misconfigured 2048 blocks per request decoded at 8.32 ms TPOT "
+                "against 8.02 ms for the backend's own 512",
+            )
+        return v
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _gpu_mem(cls, v: float, info: ValidationInfo) -> float:
+        if v >= GPU_MEM_FATAL:
+            raise _spec_error(
+                "vllm.gpu_memory_utilization", v, f"must be <= {GPU_MEM_CEILING}",
+                "SPEC 4: 0.95 died 691 s into boot with RuntimeProgramAllocationFailure "
+                "(compiled XLA programs need the 1.26 GiB left outside the cap), twice",
+            )
+        if v > GPU_MEM_CEILING and not info.data.get("allow_untested_gpu_memory_utilization"):
+            raise _spec_error(
+                "vllm.gpu_memory_utilization", v,
+                f"must be <= {GPU_MEM_CEILING}; 0.93-0.94 need "
+                "allow_untested_gpu_memory_utilization = true",
+                "SPEC 4: 0.92 is the measured ceiling, 0.93/0.94 are untested (estimated "
+                "margins ~291 MB / ~127 MB), 0.95 died at boot",
+            )
+        return v
+
+    @field_validator("tensor_parallel_size")
+    @classmethod
+    def _tp(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"vllm.tensor_parallel_size = {v}: must be a power of two")
+        return v
+
+    @field_validator("max_num_batched_tokens")
+    @classmethod
+    def _mm_floor(cls, v: int, info: ValidationInfo) -> int:
+        limits = info.data.get("limit_mm_per_prompt") or {}
+        if info.data.get("disable_chunked_mm_input") and any(limits.values()) and (
+            v < MM_ITEM_TOKENS
+        ):
+            raise _spec_error(
+                "vllm.max_num_batched_tokens", v,
+                f"must be >= {MM_ITEM_TOKENS} while disable_chunked_mm_input is on with "
+                "multimodal inputs (4096 recommended); a text-only deployment may set "
+                "limit_mm_per_prompt to zeros and drop disable_chunked_mm_input",
+                "SPEC 4: the server fails at boot with 'ValueError: Chunked MM input disabled "
+                f"but max_tokens_per_mm_item ({MM_ITEM_TOKENS}) is larger than "
+                f"max_num_batched_tokens ({v}). Please increase max_num_batched_tokens.'",
+            )
+        return v
+
+
+class AccessSettings(StrictModel):
+    api_source_ranges: list[str] = Field(default_factory=list)
+    ssh_source_ranges: list[str] = Field(default_factory=list)
+    # vLLM's --api-key guards only /v1; the proxy checks the key on every path but /health.
+    api_key_proxy: bool = True
+    proxy_image: str = "nginx:1.27.3-alpine"
+
+    @field_validator("api_source_ranges", "ssh_source_ranges")
+    @classmethod
+    def _cidrs(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        for cidr in v:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"access.{info.field_name}: {cidr!r} is not a CIDR ({exc})")
+        return v
+
+
+class PricingSettings(StrictModel):
+    """$/chip-hour in us-west4, SPEC 2 (list prices: change them here, not in code)."""
+
+    spot: Annotated[float, Field(gt=0)] = 0.5779
+    flex: Annotated[float, Field(gt=0)] = 0.6000
+    ondemand: Annotated[float, Field(gt=0)] = 1.2000
+
+
+class CacheSettings(StrictModel):
+    """The XLA compile cache kept in a per-stack Cloud Storage bucket (SPEC 4: 857 s -> 497 s)."""
+
+    enabled: bool = True
+    retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
+
+
+class StackSettings(StrictModel):
+    provisioning_model: ProvisioningModel
+    # Billing guard for spot/ondemand: the node deletes itself after this many hours (0: off).
+    max_run_hours: Annotated[float, Field(ge=0, le=24 * 365)] = 8
+    # Flex-start only (SPEC 2): the node deletes itself after this long.
+    max_run_duration: str = "4h"
+    valid_until_duration: str | None = None
+
+    @field_validator("max_run_duration", "valid_until_duration")
+    @classmethod
+    def _duration(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        seconds = parse_duration(v)
+        if not 0 < seconds <= MAX_FLEX_RUN_SECONDS and info.field_name == "max_run_duration":
+            raise _spec_error(
+                f"stack.{info.field_name}", v, "must be more than 0 and at most 7d",
+                "flex-start capacity lasts at most 7 days",
+            )
+        return v
+
+
+class Deployment(StrictModel):
+    """One stack's validated configuration."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,11}$")]
+    gcp: GcpSettings
+    tpu: TpuSettings = Field(default_factory=TpuSettings)
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)
+    pricing: PricingSettings = Field(default_factory=PricingSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    stack: StackSettings
+
+    @model_validator(mode="after")
+    def _tp_chips(self) -> Deployment:
+        if self.vllm.tensor_parallel_size > self.tpu.chips:
+            raise _spec_error(
+                "vllm.tensor_parallel_size", self.vllm.tensor_parallel_size,
+                f"must be <= the {self.tpu.chips} chip(s) of {self.tpu.accelerator_type}",
+                "SPEC 4: tensor parallelism splits the model across chips",
+            )
+        return self
+
+    @property
+    def node_name(self) -> str:
+        return f"tpuserve-{self.name}"
+
+    @property
+    def network_tag(self) -> str:
+        return f"tpuserve-{self.name}"
+
+    # Names carry the stack name so the three stacks can live side by side in one project.
+    @property
+    def service_account_id(self) -> str:
+        return f"tpuserve-{self.name}-vm"
+
+    @property
+    def service_account_email(self) -> str:
+        return f"{self.service_account_id}@{self.gcp.project}.iam.gserviceaccount.com"
+
+    @property
+    def hf_token_secret_id(self) -> str:
+        return f"tpuserve-{self.name}-hf-token"
+
+    @property
+    def api_key_secret_id(self) -> str:
+        return f"tpuserve-{self.name}-api-key"
+
+    @property
+    def cache_bucket(self) -> str:
+        # Bucket names are global: the project id makes it unique.
+        return f"{self.gcp.project}-tpuserve-{self.name}-xla-cache"
+
+    @property
+    def usd_per_hour(self) -> float:
+        return getattr(self.pricing, self.stack.provisioning_model) * self.tpu.chips
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            "stack": self.name,
+            "model": re.sub(r"[^a-z0-9_-]", "-", self.vllm.model.lower())[:63],
+            "provisioning-model": self.stack.provisioning_model,
+            "managed-by": "tpuserve",
+        }
+
+
+class ConfigError(Exception):
+    """Every problem found in the configuration, gathered so the user sees them at once."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_raw(
+    path: Path = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The default TOML, with TPUSERVE_CONFIG's file and TPUSERVE_PROJECT/ZONE merged over."""
+    env = os.environ if environ is None else environ
+    raw = tomllib.loads(path.read_text())
+    if user := env.get("TPUSERVE_CONFIG"):
+        raw = deep_merge(raw, tomllib.loads(Path(user).read_text()))
+    for var, key in (("TPUSERVE_PROJECT", "project"), ("TPUSERVE_ZONE", "zone")):
+        if value := env.get(var):
+            raw = deep_merge(raw, {"gcp": {key: value}})
+    return raw
+
+
+def _format_error(stack: str, err: Mapping[str, Any]) -> str:
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "value_error" and " = " in msg.split(":", 1)[0]:
+        return f"[{stack}] {msg}"  # our own rule: it already names setting and value
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    value = err.get("input")
+    shown = "" if isinstance(value, Mapping) else f" = {value!r}"
+    return f"[{stack}] {where}{shown}: {msg}"
+
+
+def build_deployments(raw: Mapping[str, Any]) -> dict[str, Deployment]:
+    """Validate every stack of a raw config; raise ConfigError listing every problem."""
+    stacks = raw.get("stacks", {})
+    shared = {k: v for k, v in raw.items() if k != "stacks"}
+    problems: list[str] = []
+    out: dict[str, Deployment] = {}
+    unknown = sorted(set(stacks) - set(STACK_NAMES))
+    if unknown:
+        problems.append(f"stacks: unknown stack(s) {unknown}; the stacks are {list(STACK_NAMES)}")
+    for name in STACK_NAMES:
+        if name not in stacks:
+            continue
+        over = dict(stacks[name])
+        stack_keys = {k: over.pop(k) for k in list(over) if k in StackSettings.model_fields}
+        data = deep_merge(shared, over) | {"name": name, "stack": stack_keys}
+        try:
+            out[name] = Deployment.model_validate(data)
+        except ValidationError as exc:
+            problems.extend(_format_error(name, e) for e in exc.errors())
+    if problems:
+        raise ConfigError(_merge_stacks(problems))
+    return out
+
+
+def _merge_stacks(problems: list[str]) -> list[str]:
+    """A shared setting fails in every stack: say it once, naming the stacks."""
+    by_msg: dict[str, list[str]] = {}
+    for p in problems:
+        stack, _, msg = p.partition("] ")
+        by_msg.setdefault(msg, []).append(stack.lstrip("["))
+    return [f"[{', '.join(stacks)}] {msg}" for msg, stacks in by_msg.items()]
+
+
+def load_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Deployment]:
+    return build_deployments(load_raw(environ=environ))
+
+
+def deployment_warnings(d: Deployment) -> list[str]:
+    """Soft rules: allowed, but the measurements say the user should know."""
+    v = d.vllm
+    out: list[str] = []
+    if v.kv_cache_dtype in KV_DTYPES_FP8:
+        out.append(
+            f"vllm.kv_cache_dtype = {v.kv_cache_dtype!r}: buys 1.000x KV capacity at ~2% lower "
+            "throughput (SPEC 4: the word-aligned block layout keeps 5,021 blocks); prefer auto"
+        )
+    mnbt = v.max_num_batched_tokens
+    if mnbt & (mnbt - 1):
+        bucket = 1 << (mnbt - 1).bit_length()
+        out.append(
+            f"vllm.max_num_batched_tokens = {mnbt}: not a power of two, it compiles as the "
+            f"{bucket} bucket anyway (SPEC 4: 2496 compiled the 4096 ladder and cost -24.7% "
+            "throughput at 8k/64); use a power of two"
+        )
+    if v.tensor_parallel_size > 1:
+        out.append(
+            f"vllm.tensor_parallel_size = {v.tensor_parallel_size}: the model has "
+            f"{MODEL_KV_HEADS} KV head, padded to a multiple of TP, so KV memory is paid "
+            f"{v.tensor_parallel_size}x for one replicated head (SPEC 4)"
+        )
+    if v.gpu_memory_utilization > GPU_MEM_CEILING:
+        out.append(
+            f"vllm.gpu_memory_utilization = {v.gpu_memory_utilization}: untested above "
+            "0.92 (SPEC 4: estimated margins ~291 MB at 0.93, ~127 MB at 0.94; 0.95 died)"
+        )
+    if v.max_num_seqs is not None:
+        out.append(
+            f"vllm.max_num_seqs = {v.max_num_seqs}: capping it was worse in every measured "
+            "cell (SPEC 4: 64 vs the default 256); leave it unset"
+        )
+    if d.stack.provisioning_model != "flex" and d.stack.max_run_hours == 0:
+        monthly = d.usd_per_hour * 730
+        out.append(
+            f"stack.max_run_hours = 0: the billing guard is off; {d.stack.provisioning_model} "
+            f"bills ${d.usd_per_hour:.4f}/h until deleted, ${monthly:,.0f} a month (SPEC 7)"
+        )
+    if not d.access.api_key_proxy and any(
+        ipaddress.ip_network(r).prefixlen == 0 for r in d.access.api_source_ranges
+    ):
+        out.append(
+            "access.api_key_proxy = false with port "
+            f"{d.vllm.port} open to {d.access.api_source_ranges}: /metrics, /tokenize and /v1 "
+            "are reachable by anyone; keep the proxy or front the node with your own gateway"
+        )
+    if d.tpu.accelerator_type != "v5litepod-1":
+        out.append(
+            f"tpu.accelerator_type = {d.tpu.accelerator_type!r}: every figure in SPEC was "
+            "measured on v5litepod-1"
+        )
+    return out
