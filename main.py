@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from tpuserve.config import ConfigError, Deployment, deployment_warnings, load_deployments
 
+if TYPE_CHECKING:
+    from stacks.cdk import App
 
-def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None):  # noqa: ANN201
+
+def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None):
     """Wire the stacks into an App (synthesis is the caller's choice)."""
     from stacks.cdk import App
     from stacks.flex import FlexStack
     from stacks.tpu_vm import TpuVmStack
 
     app = App(outdir=outdir) if outdir else App()
-    for name, d in deployments.items():
+    for d in deployments.values():
         if d.stack.provisioning_model == "flex":
             FlexStack(app, d)
         else:
@@ -33,7 +37,7 @@ def main() -> int:
     except ConfigError as exc:
         print(f"tpuserve: {exc}", file=sys.stderr)
         return 1
-    for name, d in deployments.items():
+    for d in deployments.values():
         for warning in deployment_warnings(d):
             print(f"tpuserve: warning: [{name}] {warning}", file=sys.stderr)
     build_app(deployments).synth()

@@ -63,7 +63,7 @@ def _pin_node() -> None:
 _pin_node()
 IMPORT_MODE = _import_mode()
 
-# ruff: noqa: E402  (the submodule imports must follow the package registration above)
+
 from cdktf import (  # noqa: F401
     App,
     DataResource,

@@ -1,0 +1,39 @@
+"""Prints a short summary of each synthesized stack: `python -m tpuserve.synth_summary OUTDIR`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def summarize(stack: str, doc: dict[str, Any]) -> str:
+    resources = doc.get("resource", {})
+    count = sum(len(v) for v in resources.values())
+    outputs = doc.get("output", {})
+    price = outputs.get("usd_per_hour", {}).get("value", "?")
+    tpu = next(iter(resources.get("google_tpu_v2_vm", {}).values()), None)
+    if tpu:
+        kind = "spot" if tpu.get("scheduling_config", {}).get("spot") else "on-demand"
+        what = f"TPU VM {tpu['name']} ({tpu['accelerator_type']}, {kind})"
+    elif "terraform_data" in resources:
+        what = "flex-start queued resource"
+    else:
+        what = "no TPU"
+    return f"{stack:9} {what}; {count} resources; ${price}/h"
+
+
+def main(argv: list[str]) -> int:
+    outdir = Path(argv[0] if argv else "cdktf.out") / "stacks"
+    stacks = sorted(p for p in outdir.iterdir() if (p / "cdk.tf.json").exists())
+    if not stacks:
+        print(f"no synthesized stacks under {outdir}", file=sys.stderr)
+        return 1
+    for path in stacks:
+        print(summarize(path.name, json.loads((path / "cdk.tf.json").read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
