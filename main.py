@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING
 from tpuserve.config import ConfigError, Deployment, deployment_warnings, load_deployments
 
 if TYPE_CHECKING:
-    from stacks.cdk import App
+    from stacks.cdk import App as CdkApp
 
 
-def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None):
-    """Wire the stacks into an App (synthesis is the caller's choice)."""
+def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None) -> CdkApp:
+    """Wire the stacks into an App (synthesis is the caller's choice).
+
+    The cdktf imports happen here, not at module import, so a config error is reported
+    before the seconds-long jsii start-up.
+    """
     from stacks.cdk import App
     from stacks.flex import FlexStack
     from stacks.tpu_vm import TpuVmStack
@@ -37,7 +41,7 @@ def main() -> int:
     except ConfigError as exc:
         print(f"tpuserve: {exc}", file=sys.stderr)
         return 1
-    for d in deployments.values():
+    for name, d in deployments.items():
         for warning in deployment_warnings(d):
             print(f"tpuserve: warning: [{name}] {warning}", file=sys.stderr)
     build_app(deployments).synth()
