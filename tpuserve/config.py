@@ -298,6 +298,31 @@ class CacheSettings(StrictModel):
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
 
 
+class CapacitySettings(StrictModel):
+    """Inputs of the capacity planner (SPEC 5-6) that synth checks against the KV pool."""
+
+    # A Hugging Face config.json; relative paths are relative to the config/ directory.
+    model_geometry: str = "models/gemma-4-E2B-it.json"
+    # SPEC 5: resident bf16 weights measured on the chip (vision and audio towers included).
+    weights_gib: Annotated[float, Field(gt=0, le=1024)] = 8.97
+    # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
+    expected_clients: Annotated[int, Field(ge=1)] | None = 16
+    expected_context: Annotated[int, Field(ge=1)] | None = 1024
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> CapacitySettings:
+        if (self.expected_clients is None) != (self.expected_context is None):
+            raise ValueError(
+                "capacity.expected_clients and capacity.expected_context go together: "
+                "set both or neither"
+            )
+        return self
+
+    @property
+    def geometry_path(self) -> Path:
+        return (DEFAULT_CONFIG.parent / self.model_geometry).resolve()
+
+
 class StackSettings(StrictModel):
     provisioning_model: ProvisioningModel
     # Billing guard for spot/ondemand: the node deletes itself after this many hours (0: off).
@@ -330,6 +355,7 @@ class Deployment(StrictModel):
     access: AccessSettings = Field(default_factory=AccessSettings)
     pricing: PricingSettings = Field(default_factory=PricingSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     stack: StackSettings
 
     @model_validator(mode="after")
@@ -447,6 +473,8 @@ def build_deployments(raw: Mapping[str, Any]) -> dict[str, Deployment]:
             out[name] = Deployment.model_validate(data)
         except ValidationError as exc:
             problems.extend(_format_error(name, e) for e in exc.errors())
+            continue
+        problems.extend(f"[{name}] {p}" for p in capacity_problems(out[name]))
     if problems:
         raise ConfigError(_merge_stacks(problems))
     return out
@@ -465,10 +493,18 @@ def load_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Depl
     return build_deployments(load_raw(environ=environ))
 
 
+def capacity_problems(d: Deployment) -> list[str]:
+    from .capacity import capacity_problems as problems  # the planner builds on this module
+
+    return problems(d)
+
+
 def deployment_warnings(d: Deployment) -> list[str]:
     """Soft rules: allowed, but the measurements say the user should know."""
+    from .capacity import capacity_warnings
+
     v = d.vllm
-    out: list[str] = []
+    out: list[str] = capacity_warnings(d)
     if v.kv_cache_dtype in KV_DTYPES_FP8:
         out.append(
             f"vllm.kv_cache_dtype = {v.kv_cache_dtype!r}: buys 1.000x KV capacity at ~2% lower "
