@@ -10,7 +10,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tpuserve.config import ConfigError, Deployment, deployment_warnings, load_deployments
+from tpuserve.checks import all_warnings, checked_deployments
+from tpuserve.config import ConfigError, Deployment
 
 if TYPE_CHECKING:
     from stacks.cdk import App as CdkApp
@@ -37,12 +38,12 @@ def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None) 
 
 def main() -> int:
     try:
-        deployments = load_deployments()
+        deployments = checked_deployments()
     except ConfigError as exc:
         print(f"tpuserve: {exc}", file=sys.stderr)
         return 1
     for name, d in deployments.items():
-        for warning in deployment_warnings(d):
+        for warning in all_warnings(d):
             print(f"tpuserve: warning: [{name}] {warning}", file=sys.stderr)
     build_app(deployments).synth()
     return 0

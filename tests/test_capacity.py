@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from tests.test_config import ok, problems
+from tests.test_config import ok, raw_with
 from tpuserve.capacity import plan_for
-from tpuserve.config import deployment_warnings
+from tpuserve.checks import all_warnings, checked_deployments
+from tpuserve.config import ConfigError
+
+
+def problems(**sections: dict[str, Any]) -> list[str]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tpuserve.checks.load_raw", lambda environ=None: raw_with(**sections))
+        with pytest.raises(ConfigError) as exc:
+            checked_deployments()
+    return exc.value.problems
 
 
 def test_default_plan_matches_the_engine(deployments) -> None:
@@ -35,10 +46,10 @@ def test_weights_larger_than_the_cap_are_refused() -> None:
 
 def test_expected_load_past_the_kv_wall_warns() -> None:
     d = ok(capacity={"expected_clients": 64, "expected_context": 8192})["spot"]
-    [warning] = deployment_warnings(d)
+    [warning] = all_warnings(d)
     assert "524,288" in warning and "KV wall" in warning and "11.7 s" in warning
     # SPEC 6's RAG recommendation (16 clients at 8K) stays under the wall.
-    assert deployment_warnings(ok(capacity={"expected_clients": 16,
+    assert all_warnings(ok(capacity={"expected_clients": 16,
                                             "expected_context": 8192})["spot"]) == []
 
 

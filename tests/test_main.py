@@ -36,3 +36,12 @@ def test_warnings_are_printed_and_synth_proceeds(tmp_path: Path) -> None:
     assert proc.stderr.count("warning: [") == 3 and "1.000x" in proc.stderr
     assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
         "flex", "ondemand", "spot"]
+
+
+def test_capacity_rules_stop_synth_too(tmp_path: Path) -> None:
+    proc = run_main(tmp_path, "[stacks.spot.vllm]\nmax_model_len = 524288\n"
+                              "[stacks.flex.vllm]\nkv_cache_dtype = 'nvfp4'\n")
+    assert proc.returncode == 1
+    assert "[spot] vllm.max_model_len = 524288" in proc.stderr and "pool holds" in proc.stderr
+    assert "[flex] vllm.kv_cache_dtype = 'nvfp4'" in proc.stderr
+    assert not (tmp_path / "cdktf.out").exists()

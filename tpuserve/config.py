@@ -46,6 +46,17 @@ KV_DTYPES_UNTESTED = frozenset({"float16", "fp8_per_token_head", "int4_per_token
 MODEL_KV_HEADS = 1
 IAP_RANGE = "35.235.240.0/20"  # Google's IAP TCP-forwarding range
 MAX_FLEX_RUN_SECONDS = 7 * 24 * 3600  # flex-start lasts at most 7 days (SPEC 2, issue 3)
+# Where flex-start takes v5litepod-1 (issue 3): known-good and known-bad zones, each with its
+# source; any other zone is allowed with a warning (SPEC 2: quota in a zone says nothing about
+# whether a provisioning model is accepted there).
+FLEX_ZONES_GOOD = {
+    "us-west4-a": "SPEC 1: measured, the QR went ACTIVE",
+    "us-central1-a": "vendor: Google's docs list it for v5e serving",
+}
+FLEX_ZONES_BAD = {
+    "europe-west4-a": "SPEC 1: measured",
+    "europe-west4-b": "SPEC 1: measured",
+}
 
 
 class StrictModel(BaseModel):
@@ -342,6 +353,11 @@ class StackSettings(StrictModel):
                 f"stack.{info.field_name}", v, "must be more than 0 and at most 7d",
                 "flex-start capacity lasts at most 7 days",
             )
+        if seconds == 0:  # valid_until_duration: how long the request may wait in the queue
+            raise _spec_error(
+                f"stack.{info.field_name}", v, "must be more than 0 (or unset: no limit)",
+                "a queued resource that may wait 0 s can never be provisioned",
+            )
         return v
 
 
@@ -365,6 +381,21 @@ class Deployment(StrictModel):
                 "vllm.tensor_parallel_size", self.vllm.tensor_parallel_size,
                 f"must be <= the {self.tpu.chips} chip(s) of {self.tpu.accelerator_type}",
                 "SPEC 4: tensor parallelism splits the model across chips",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _flex_zone(self) -> Deployment:
+        zone, accel = self.gcp.zone, self.tpu.accelerator_type
+        if self.stack.provisioning_model == "flex" and accel == "v5litepod-1" and (
+            zone in FLEX_ZONES_BAD
+        ):
+            raise _spec_error(
+                "gcp.zone", zone,
+                f"flex-start does not take {accel} there; use {next(iter(FLEX_ZONES_GOOD))} "
+                "(set TPUSERVE_ZONE)",
+                f"{FLEX_ZONES_BAD[zone]}: the API answered 'FLEX_START provisioning model is "
+                f'not supported for accelerator type "{accel}"\'',
             )
         return self
 
@@ -454,8 +485,8 @@ def _format_error(stack: str, err: Mapping[str, Any]) -> str:
     return f"[{stack}] {where}{shown}: {msg}"
 
 
-def build_deployments(raw: Mapping[str, Any]) -> dict[str, Deployment]:
-    """Validate every stack of a raw config; raise ConfigError listing every problem."""
+def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Deployment], list[str]]:
+    """Validate every stack of a raw config: the stacks that passed, and every problem found."""
     stacks = raw.get("stacks", {})
     shared = {k: v for k, v in raw.items() if k != "stacks"}
     problems: list[str] = []
@@ -473,14 +504,18 @@ def build_deployments(raw: Mapping[str, Any]) -> dict[str, Deployment]:
             out[name] = Deployment.model_validate(data)
         except ValidationError as exc:
             problems.extend(_format_error(name, e) for e in exc.errors())
-            continue
-        problems.extend(f"[{name}] {p}" for p in capacity_problems(out[name]))
+    return out, problems
+
+
+def build_deployments(raw: Mapping[str, Any]) -> dict[str, Deployment]:
+    """Validate every stack of a raw config; raise ConfigError listing every problem."""
+    out, problems = validate(raw)
     if problems:
-        raise ConfigError(_merge_stacks(problems))
+        raise ConfigError(merge_stacks(problems))
     return out
 
 
-def _merge_stacks(problems: list[str]) -> list[str]:
+def merge_stacks(problems: list[str]) -> list[str]:
     """A shared setting fails in every stack: say it once, naming the stacks."""
     by_msg: dict[str, list[str]] = {}
     for p in problems:
@@ -493,18 +528,10 @@ def load_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Depl
     return build_deployments(load_raw(environ=environ))
 
 
-def capacity_problems(d: Deployment) -> list[str]:
-    from .capacity import capacity_problems as problems  # the planner builds on this module
-
-    return problems(d)
-
-
 def deployment_warnings(d: Deployment) -> list[str]:
-    """Soft rules: allowed, but the measurements say the user should know."""
-    from .capacity import capacity_warnings
-
+    """Soft rules of the settings themselves (capacity ones: tpuserve.checks)."""
     v = d.vllm
-    out: list[str] = capacity_warnings(d)
+    out: list[str] = []
     if v.kv_cache_dtype in KV_DTYPES_FP8:
         out.append(
             f"vllm.kv_cache_dtype = {v.kv_cache_dtype!r}: buys 1.000x KV capacity at ~2% lower "
@@ -547,6 +574,13 @@ def deployment_warnings(d: Deployment) -> list[str]:
             "access.api_key_proxy = false with port "
             f"{d.vllm.port} open to {d.access.api_source_ranges}: /metrics, /tokenize and /v1 "
             "are reachable by anyone; keep the proxy or front the node with your own gateway"
+        )
+    if d.stack.provisioning_model == "flex" and d.gcp.zone not in FLEX_ZONES_GOOD:
+        good = ", ".join(f"{z} ({why})" for z, why in FLEX_ZONES_GOOD.items())
+        out.append(
+            f"gcp.zone = {d.gcp.zone!r}: flex-start acceptance of {d.tpu.accelerator_type} is "
+            f"unknown there (known good: {good}); a create that is refused fails at deploy "
+            "(SPEC 2: quota in a zone says nothing about whether flex-start is accepted)"
         )
     if d.tpu.accelerator_type != "v5litepod-1":
         out.append(
