@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tpuserve.config import Deployment
 
-from .base import ServingStack
+from .base import ServingStack, tf_literal
 from .cdk import (
     Construct,
     GoogleTpuV2Vm,
@@ -36,7 +36,8 @@ class TpuVmStack(ServingStack):
             service_account=GoogleTpuV2VmServiceAccount(email=sa.email, scope=VM_SCOPES),
             tags=[d.network_tag],
             labels=d.labels,
-            metadata={"startup-script": self.startup_script},
+            # Escaped: Terraform would otherwise interpolate the script's ${VAR:-default}.
+            metadata={"startup-script": tf_literal(self.startup_script)},
             # The VM must not boot before it may read its secrets and write its cache.
             depends_on=self.foundation.grants,
         )
