@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpuserve.config import Deployment
 from tpuserve.startup import render_startup
 
 from .cdk import Construct, GoogleBetaProvider, LocalBackend, TerraformOutput, TerraformStack
 from .foundation import Foundation
+
+
+def tf_literal(value: Any) -> Any:
+    """`value` with every string escaped so Terraform reads it literally.
+
+    Terraform evaluates `${...}` and `%{...}` in every string of the synthesized JSON, and
+    cdktf does not escape them; a bash script is full of `${VAR:-default}`.
+    """
+    if isinstance(value, str):
+        return value.replace("${", "$${").replace("%{", "%%{")
+    if isinstance(value, dict):
+        return {k: tf_literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [tf_literal(v) for v in value]
+    return value
 
 
 class ServingStack(TerraformStack):
@@ -29,14 +46,17 @@ class ServingStack(TerraformStack):
     def output(self, name: str, value: object, description: str) -> None:
         TerraformOutput(self, name, value=value, description=description)
 
-    def common_outputs(self, external_ip: str) -> None:
+    def common_outputs(self, external_ip: str | None) -> None:
+        """external_ip None: Terraform never sees the node (flex: it comes later, by itself)."""
         d = self.deployment
         self.output("node_name", d.node_name, "TPU node name")
         self.output("zone", d.gcp.zone, "TPU zone")
-        self.output("external_ip", external_ip, "The node's external IP (changes on recreate)")
-        self.output("endpoint", f"http://{external_ip}:{d.vllm.port}/v1",
-                    "OpenAI-compatible base URL")
-        # SPEC 3: `gcloud compute tpus tpu-vm ssh` fails in some sandboxes; plain ssh works.
-        self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
+        if external_ip is not None:
+            self.output("external_ip", external_ip,
+                        "The node's external IP (changes on recreate)")
+            self.output("endpoint", f"http://{external_ip}:{d.vllm.port}/v1",
+                        "OpenAI-compatible base URL")
+            # SPEC 3: `gcloud compute tpus tpu-vm ssh` fails in some sandboxes; plain ssh works.
+            self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
         self.output("usd_per_hour", round(d.usd_per_hour, 4),
                     f"{d.stack.provisioning_model} price, $/hour (SPEC 2)")

@@ -1,0 +1,825 @@
+"""A fake Cloud TPU API on 127.0.0.1: v2alpha1 queued resources, v2/v2alpha1 nodes, operations.
+
+It accepts exactly the documented request shapes (camelCase field names of the REST reference,
+required fields, methods, URL paths) and rejects anything else with the real API's error JSON
+({"error": {"code", "message", "status"}}). It is stricter than the real API in three ways
+that guard this project's own rules: a create must carry provisioningModel and runDuration,
+networkConfig.enableExternalIps must be true (raw REST without it gives no external IP), and
+snake_case field names are refused (the real parser accepts them).
+
+Usage:
+
+    with FakeTpuApi() as api:                    # manual state machine
+        env = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": api.url,
+               "CLOUDSDK_AUTH_ACCESS_TOKEN": api.token}
+        ...                                       # client calls
+        api.advance()                             # every QR one step along its chain
+        api.set_state("tpuserve-flex", "SUSPENDED")
+        api.calls("POST")                         # what it received
+
+    FakeTpuApi(durations=ZERO_DURATIONS)          # time-based: states advance on each request
+                                                  # once they have lasted their duration
+                                                  # (clock injectable); ACTIVE lasts the body's
+                                                  # maxRunDuration, then SUSPENDED, node deleted
+
+State chain: CREATING -> ACCEPTED -> WAITING_FOR_RESOURCES -> PROVISIONING -> ACTIVE ->
+SUSPENDING -> SUSPENDED; DELETING -> (gone). PROVISIONING refuses deletion (FAILED_PRECONDITION).
+No sleeps anywhere: time only moves when the clock says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+DEFAULT_TOKEN = "fake-access-token"
+CHAIN = {
+    "CREATING": "ACCEPTED",
+    "ACCEPTED": "WAITING_FOR_RESOURCES",
+    "WAITING_FOR_RESOURCES": "PROVISIONING",
+    "PROVISIONING": "ACTIVE",
+    "ACTIVE": "SUSPENDING",
+    "SUSPENDING": "SUSPENDED",
+}
+QR_STATES = frozenset(CHAIN) | {"SUSPENDED", "FAILED", "DELETING"}
+# Everything happens at once: a create is ACTIVE on the next request, a delete gone on the next.
+ZERO_DURATIONS: Mapping[str, float] = {
+    "CREATING": 0, "ACCEPTED": 0, "WAITING_FOR_RESOURCES": 0, "PROVISIONING": 0,
+    "SUSPENDING": 0, "DELETING": 0,
+}
+_STATE_DATA = {
+    "CREATING": "creatingData", "ACCEPTED": "acceptedData", "PROVISIONING": "provisioningData",
+    "FAILED": "failedData", "DELETING": "deletingData", "ACTIVE": "activeData",
+    "SUSPENDING": "suspendingData", "SUSPENDED": "suspendedData",
+}
+
+# ---------------------------------------------------------------- the documented shapes
+# Field schemas of the v2alpha1 REST reference (QueuedResource, Node and their parts).
+# "str"/"bool"/"int"/"duration"/"timestamp"/"map" are leaves; a dict is a message; a
+# one-element list is a repeated field; a set is an enum.
+_DURATION_RE = re.compile(r"\d+(\.\d{1,9})?s")
+_TIMESTAMP_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
+NETWORK_CONFIG = {
+    "network": "str", "subnetwork": "str", "enableExternalIps": "bool", "canIpForward": "bool",
+    "queueCount": "int",
+}
+NODE = {
+    "description": "str", "acceleratorType": "str",
+    "acceleratorConfig": {"type": {"V2", "V3", "V4", "V5LITE_POD", "V5P", "V6E"},
+                          "topology": "str"},
+    "runtimeVersion": "str", "cidrBlock": "str",
+    "networkConfig": NETWORK_CONFIG, "networkConfigs": [NETWORK_CONFIG],
+    "serviceAccount": {"email": "str", "scope": ["str"]},
+    "schedulingConfig": {"preemptible": "bool", "reserved": "bool", "spot": "bool"},
+    "dataDisks": [{"sourceDisk": "str", "mode": {"DISK_MODE_UNSPECIFIED", "READ_WRITE",
+                                                 "READ_ONLY"}}],
+    "labels": "map", "metadata": "map", "tags": ["str"],
+    "shieldedInstanceConfig": {"enableSecureBoot": "bool"},
+    "bootDiskConfig": {"customerEncryptionKey": {"kmsKeyName": "str"},
+                       "enableConfidentialCompute": "bool", "diskSizeGb": "int"},
+}
+NODE_OUTPUT_ONLY = frozenset({
+    "name", "state", "healthDescription", "health", "id", "createTime", "networkEndpoints",
+    "apiVersion", "symptoms", "queuedResource", "multisliceNode",
+})
+QUEUED_RESOURCE = {
+    "tpu": {"nodeSpec": [{
+        "parent": "str", "nodeId": "str",
+        "multiNodeParams": {"nodeCount": "int", "nodeIdPrefix": "str", "workloadType": "str"},
+        "node": NODE,
+    }]},
+    "spot": {}, "bestEffort": {},
+    "guaranteed": {"minDuration": "duration", "reserved": "bool"},
+    "queueingPolicy": {
+        "validUntilDuration": "duration", "validUntilTime": "timestamp",
+        "validAfterDuration": "duration", "validAfterTime": "timestamp",
+        "validInterval": {"startTime": "timestamp", "endTime": "timestamp"},
+    },
+    "reservationName": "str",
+    "provisioningModel": {"PROVISIONING_MODEL_UNSPECIFIED", "STANDARD", "SPOT",
+                          "RESERVATION_BOUND", "FLEX_START"},
+    "runDuration": {"maxRunDuration": "duration", "terminationTime": "timestamp"},
+}
+QR_OUTPUT_ONLY = frozenset({"name", "createTime", "state"})
+GUEST_ATTRIBUTES_REQUEST = {"queryPath": "str", "workerIds": ["str"]}
+MAX_FLEX_RUN_S = 7 * 24 * 3600  # flex-start lasts at most 7 days
+_ID_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class ApiFault(Exception):
+    """Becomes the real API's error JSON."""
+
+    def __init__(self, code: int, status: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.status, self.message = code, status, message
+
+
+def _invalid(message: str) -> ApiFault:
+    return ApiFault(400, "INVALID_ARGUMENT", message)
+
+
+def _snake(path: str) -> str:
+    return re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), path)
+
+
+def _check(value: object, schema: object, path: str, output_only: frozenset[str] = frozenset(),
+           ) -> None:
+    """Raise INVALID_ARGUMENT like the real JSON parser when `value` breaks `schema`."""
+    where = _snake(path)
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            raise _invalid(f"Invalid value at '{where}', expected an object")
+        for key, sub in value.items():
+            if key in output_only:
+                continue  # output-only fields are ignored on input, as the API does
+            if key not in schema:
+                raise _invalid(
+                    f'Invalid JSON payload received. Unknown name "{key}" at \'{where}\': '
+                    "Cannot find field."
+                )
+            nested_out = NODE_OUTPUT_ONLY if schema[key] is NODE else frozenset()
+            _check(sub, schema[key], f"{path}.{key}", nested_out)
+        return
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            raise _invalid(f"Invalid value at '{where}', expected a list")
+        for i, item in enumerate(value):
+            nested_out = NODE_OUTPUT_ONLY if schema[0] is NODE else frozenset()
+            _check(item, schema[0], f"{path}[{i}]", nested_out)
+        return
+    if isinstance(schema, set):
+        if value not in schema:
+            raise _invalid(f"Invalid value at '{where}' (TYPE_ENUM), {json.dumps(value)}")
+        return
+    ok = {
+        "str": isinstance(value, str),
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool)
+        or isinstance(value, str) and value.isdigit(),
+        "duration": isinstance(value, str) and bool(_DURATION_RE.fullmatch(value)),
+        "timestamp": isinstance(value, str) and bool(_TIMESTAMP_RE.fullmatch(value)),
+        "map": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+    }[str(schema)]
+    if not ok:
+        kind = {"str": "TYPE_STRING", "bool": "TYPE_BOOL", "int": "TYPE_INT64",
+                "duration": "google.protobuf.Duration", "timestamp": "google.protobuf.Timestamp",
+                "map": "map<string, string>"}[str(schema)]
+        raise _invalid(f"Invalid value at '{where}' ({kind}), {json.dumps(value)}")
+
+
+def _seconds(duration: str) -> float:
+    return float(duration[:-1])
+
+
+def flex_body(
+    project: str, zone: str, node_id: str, *, max_run_duration: str = "14400s",
+    labels: Mapping[str, str] | None = None, startup_script: str = "#!/bin/bash\ntrue\n",
+) -> dict[str, Any]:
+    """A valid flex-start create body, for seeding and for tests."""
+    return {
+        "provisioningModel": "FLEX_START",
+        "runDuration": {"maxRunDuration": max_run_duration},
+        "tpu": {"nodeSpec": [{
+            "parent": f"projects/{project}/locations/{zone}",
+            "nodeId": node_id,
+            "node": {
+                "acceleratorType": "v5litepod-1",
+                "runtimeVersion": "v2-alpha-tpuv5-lite",
+                "networkConfig": {"network": "default", "enableExternalIps": True},
+                "metadata": {"startup-script": startup_script},
+                "serviceAccount": {"email": f"sa@{project}.iam.gserviceaccount.com",
+                                   "scope": ["https://www.googleapis.com/auth/cloud-platform"]},
+                "tags": [node_id],
+                "labels": dict(labels or {}),
+            },
+        }]},
+    }
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    authorized: bool  # a bearer token was present (the token itself is never stored)
+
+
+@dataclass
+class _QueuedResource:
+    name: str
+    body: dict[str, Any]
+    state: str
+    entered: float
+    created: float
+    failure: str = ""
+
+    @property
+    def parent(self) -> str:
+        return self.name.split("/queuedResources/")[0]
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"{s['parent']}/nodes/{s['nodeId']}" for s in self.body["tpu"]["nodeSpec"]]
+
+    def json(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.body.items() if k not in QR_OUTPUT_ONLY}
+        state: dict[str, Any] = {"state": self.state, "stateInitiator": "USER"}
+        if self.state in _STATE_DATA:
+            state[_STATE_DATA[self.state]] = (
+                {"error": {"code": 9, "message": self.failure}} if self.state == "FAILED" else {}
+            )
+        return {"name": self.name, "createTime": _rfc3339(self.created), **out, "state": state}
+
+
+@dataclass
+class _Node:
+    name: str
+    spec: dict[str, Any]
+    state: str
+    external_ip: str | None
+    internal_ip: str
+    queued_resource: str | None
+    created: float
+    entered: float
+    guest_attributes: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def json(self, api_version: str) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in self.spec.items() if k not in NODE_OUTPUT_ONLY}
+        out.update(name=self.name, state=self.state, createTime=_rfc3339(self.created),
+                   apiVersion="V2" if api_version == "v2" else "V2_ALPHA1")
+        if self.state == "READY":
+            out["health"] = "HEALTHY"
+            endpoint: dict[str, Any] = {"ipAddress": self.internal_ip, "port": 8470}
+            if self.external_ip:
+                endpoint["accessConfig"] = {"externalIp": self.external_ip}
+            out["networkEndpoints"] = [endpoint]
+        if self.queued_resource:
+            out["queuedResource"] = self.queued_resource
+        return out
+
+
+@dataclass
+class _Operation:
+    name: str
+    verb: str
+    target: str
+    api_version: str
+    created: float
+    done: Callable[[], bool]
+    response: Callable[[], dict[str, Any]]
+    error: dict[str, Any] | None = None
+
+    def json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "metadata": {
+                "@type": f"type.googleapis.com/google.cloud.tpu.{self.api_version}."
+                         "OperationMetadata",
+                "createTime": _rfc3339(self.created), "target": self.target, "verb": self.verb,
+                "apiVersion": self.api_version,
+            },
+            "done": False,
+        }
+        if self.error is not None:
+            out.update(done=True, error=self.error)
+        elif self.done():
+            out.update(done=True, response=self.response())
+        return out
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+# ---------------------------------------------------------------- the server
+
+_V = r"(?P<v>v2alpha1|v2)"
+_LOC = r"projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
+ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("POST", re.compile(rf"/v2alpha1/{_LOC}/queuedResources"), "create_qr"),
+    ("GET", re.compile(rf"/v2alpha1/{_LOC}/queuedResources"), "list_qrs"),
+    ("GET", re.compile(rf"/v2alpha1/{_LOC}/queuedResources/(?P<id>[^/:]+)"), "get_qr"),
+    ("DELETE", re.compile(rf"/v2alpha1/{_LOC}/queuedResources/(?P<id>[^/:]+)"), "delete_qr"),
+    ("GET", re.compile(rf"/{_V}/{_LOC}/operations/(?P<op>[^/:]+)"), "get_operation"),
+    ("GET", re.compile(rf"/{_V}/{_LOC}/nodes"), "list_nodes"),
+    ("GET", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+)"), "get_node"),
+    ("DELETE", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+)"), "delete_node"),
+    ("POST", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+):getGuestAttributes"),
+     "guest_attributes"),
+]
+ALLOWED_QUERY = {
+    "create_qr": {"queuedResourceId", "requestId"},
+    "list_qrs": {"pageSize", "pageToken", "filter", "orderBy"},
+    "delete_qr": {"force", "requestId"},
+    "delete_node": {"requestId"},
+    "list_nodes": {"pageSize", "pageToken"},
+}
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, *args: Any, **kwargs: Any) -> None:  # tests read api.requests
+        return None
+
+
+class FakeTpuApi:
+    """The fake server plus handles to seed, advance and inspect it (thread-safe)."""
+
+    def __init__(
+        self, *, token: str | None = DEFAULT_TOKEN,
+        durations: Mapping[str, float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.token = token or DEFAULT_TOKEN
+        self._require_exact_token = token is not None
+        self.durations = dict(durations) if durations is not None else None
+        self.clock = clock
+        self.requests: list[Recorded] = []
+        self.queued_resources: dict[str, _QueuedResource] = {}
+        self.nodes: dict[str, _Node] = {}
+        self.operations: dict[str, _Operation] = {}
+        self._faults: list[tuple[str | None, str | None, ApiFault, list[int]]] = []
+        self._create_errors: list[dict[str, Any]] = []
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+
+    def start(self) -> Self:
+        self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True,
+                                   request_handler=_QuietHandler)
+        # A short poll keeps stop() fast (shutdown waits for the loop to look at its flag).
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,),
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The API root, for CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU."""
+        return f"http://127.0.0.1:{self._server.server_port}/"
+
+    def environ(self) -> dict[str, str]:
+        """The variables that point gcloud-convention clients at this fake."""
+        return {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.url,
+                "CLOUDSDK_AUTH_ACCESS_TOKEN": self.token}
+
+    # -- seeding and steering (test side)
+
+    @staticmethod
+    def qr_name(project: str, zone: str, qr_id: str) -> str:
+        return f"projects/{project}/locations/{zone}/queuedResources/{qr_id}"
+
+    def seed_queued_resource(
+        self, project: str, zone: str, qr_id: str, *, state: str = "ACTIVE",
+        body: Mapping[str, Any] | None = None, generation: str | None = None,
+    ) -> str:
+        body = dict(body or flex_body(project, zone, qr_id))
+        if generation is not None:
+            for spec in body["tpu"]["nodeSpec"]:
+                spec["node"].setdefault("labels", {})["tpuserve-generation"] = generation
+        name = self.qr_name(project, zone, qr_id)
+        with self._lock:
+            now = self.clock()
+            self.queued_resources[name] = _QueuedResource(name, json.loads(json.dumps(body)),
+                                                          "CREATING", now, now)
+            self._enter(self.queued_resources[name], state)
+        return name
+
+    def seed_node(
+        self, project: str, zone: str, node_id: str, *, state: str = "READY",
+        spec: Mapping[str, Any] | None = None, external_ip: str | None = "auto",
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """A standalone TPU VM (spot / on-demand stacks)."""
+        name = f"projects/{project}/locations/{zone}/nodes/{node_id}"
+        spec = dict(spec or {"acceleratorType": "v5litepod-1",
+                             "runtimeVersion": "v2-alpha-tpuv5-lite",
+                             "networkConfig": {"network": "default",
+                                               "enableExternalIps": True}})
+        if labels is not None:
+            spec["labels"] = dict(labels)
+        with self._lock:
+            n = next(self._ids)
+            ip = f"203.0.113.{n % 250 + 1}" if external_ip == "auto" else external_ip
+            now = self.clock()
+            self.nodes[name] = _Node(name, spec, state, ip, f"10.128.0.{n % 250 + 1}", None,
+                                     now, now)
+        return name
+
+    def set_state(self, qr: str, state: str, *, failure: str = "") -> None:
+        """Jump a QR to `state` (by full name or id), with the node side effects."""
+        if state not in QR_STATES:
+            raise ValueError(f"unknown QR state {state!r}")
+        with self._lock:
+            record = self._qr(qr)
+            record.failure = failure or "fake: capacity could not be provisioned"
+            self._enter(record, state)
+
+    def remove_queued_resource(self, qr: str) -> None:
+        """As if deleted by hand outside Terraform: QR and node vanish."""
+        with self._lock:
+            record = self._qr(qr)
+            for node in record.node_names:
+                self.nodes.pop(node, None)
+            del self.queued_resources[record.name]
+
+    def advance(self, qr: str | None = None) -> None:
+        """Every QR (or one) one step along the chain; DELETING ones and nodes go away."""
+        with self._lock:
+            targets = [self._qr(qr)] if qr else list(self.queued_resources.values())
+            for record in targets:
+                self._step(record)
+            if qr is None:
+                for name in [n for n, node in self.nodes.items() if node.state == "DELETING"]:
+                    del self.nodes[name]
+
+    def set_guest_attribute(self, node: str, key: str, value: str,
+                            namespace: str = "tpuserve") -> None:
+        with self._lock:
+            self._node(node).guest_attributes[(namespace, key)] = value
+
+    def fail_next(
+        self, code: int, status: str, message: str, *, method: str | None = None,
+        path_contains: str | None = None, times: int = 1,
+    ) -> None:
+        """The next `times` matching requests get this error instead of an answer."""
+        with self._lock:
+            self._faults.append((method, path_contains, ApiFault(code, status, message),
+                                 [times]))
+
+    def fail_next_create_operation(self, code: int, message: str) -> None:
+        """The next create is accepted but its operation ends with this google.rpc error."""
+        with self._lock:
+            self._create_errors.append({"code": code, "message": message})
+
+    # -- inspection
+
+    def calls(self, method: str | None = None, path_contains: str | None = None,
+              ) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests
+                    if (method is None or r.method == method)
+                    and (path_contains is None or path_contains in r.path)]
+
+    def state_of(self, qr: str) -> str | None:
+        with self._lock:
+            self._tick()
+            try:
+                return self._qr(qr).state
+            except KeyError:
+                return None
+
+    def queued_resource(self, qr: str) -> dict[str, Any] | None:
+        with self._lock:
+            self._tick()
+            try:
+                return self._qr(qr).json()
+            except KeyError:
+                return None
+
+    # -- the state machine
+
+    def _qr(self, key: str) -> _QueuedResource:
+        if key in self.queued_resources:
+            return self.queued_resources[key]
+        hits = [r for n, r in self.queued_resources.items() if n.endswith(f"/{key}")]
+        if len(hits) != 1:
+            raise KeyError(f"no (unique) queued resource {key!r}")
+        return hits[0]
+
+    def _node(self, key: str) -> _Node:
+        if key in self.nodes:
+            return self.nodes[key]
+        hits = [n for name, n in self.nodes.items() if name.endswith(f"/{key}")]
+        if len(hits) != 1:
+            raise KeyError(f"no (unique) node {key!r}")
+        return hits[0]
+
+    def _enter(self, record: _QueuedResource, state: str, at: float | None = None) -> None:
+        record.state = state
+        record.entered = self.clock() if at is None else at
+        if state == "PROVISIONING":
+            self._make_nodes(record, "CREATING")
+        elif state == "ACTIVE":
+            self._make_nodes(record, "READY")
+        elif state in ("SUSPENDING", "SUSPENDED", "FAILED", "DELETING"):
+            for node in record.node_names:  # run duration over / force delete: node first
+                self.nodes.pop(node, None)
+
+    def _make_nodes(self, record: _QueuedResource, state: str) -> None:
+        for spec, name in zip(record.body["tpu"]["nodeSpec"], record.node_names, strict=True):
+            node = self.nodes.get(name)
+            if node is None:
+                n = next(self._ids)
+                external = spec["node"].get("networkConfig", {}).get("enableExternalIps")
+                node = _Node(name, spec["node"], state,
+                             f"203.0.113.{n % 250 + 1}" if external else None,
+                             f"10.128.0.{n % 250 + 1}", record.name, self.clock(), self.clock())
+                self.nodes[name] = node
+            node.state = state
+
+    def _step(self, record: _QueuedResource, at: float | None = None) -> None:
+        if record.state == "DELETING":
+            self.queued_resources.pop(record.name, None)
+        elif record.state in CHAIN:
+            self._enter(record, CHAIN[record.state], at)
+
+    def _duration(self, record: _QueuedResource) -> float | None:
+        assert self.durations is not None
+        if record.state == "ACTIVE" and "ACTIVE" not in self.durations:
+            return _seconds(record.body["runDuration"]["maxRunDuration"])
+        return self.durations.get(record.state)
+
+    def _tick(self) -> None:
+        """Time-based mode: move every QR (and deleting node) whose state has lasted long enough."""
+        if self.durations is None:
+            return
+        now = self.clock()
+        for record in list(self.queued_resources.values()):
+            while record.name in self.queued_resources:
+                limit = self._duration(record)
+                if limit is None or now - record.entered < limit:
+                    break
+                self._step(record, record.entered + limit)
+        limit = self.durations.get("DELETING")
+        if limit is not None:
+            for name in [n for n, node in self.nodes.items()
+                         if node.state == "DELETING" and now - node.entered >= limit]:
+                del self.nodes[name]
+
+    # -- HTTP
+
+    def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
+        request = Request(environ)
+        with self._lock:
+            response = self._handle(request)
+        return response(environ, start_response)
+
+    def _handle(self, request: Request) -> Response:
+        raw = request.get_data(as_text=True)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = ValueError
+        auth = request.headers.get("Authorization", "")
+        record = Recorded(request.method, request.path, dict(request.args.items()),
+                          None if body is ValueError else body, auth.startswith("Bearer "))
+        self.requests.append(record)
+        try:
+            if not auth.startswith("Bearer ") or (
+                self._require_exact_token and auth != f"Bearer {self.token}"
+            ):
+                raise ApiFault(
+                    401, "UNAUTHENTICATED",
+                    "Request is missing required authentication credential. Expected OAuth 2 "
+                    "access token, login cookie or other valid authentication credential.",
+                )
+            self._inject_fault(request)
+            if body is ValueError:
+                raise _invalid("Invalid JSON payload received.")
+            self._tick()
+            for method, pattern, handler in ROUTES:
+                m = pattern.fullmatch(request.path)
+                if m and method == request.method:
+                    self._check_query(handler, request)
+                    status, payload = getattr(self, f"_h_{handler}")(m.groupdict(), request, body)
+                    return Response(json.dumps(payload), status, mimetype="application/json")
+            raise ApiFault(404, "NOT_FOUND",
+                           f"Method not found: {request.method} {request.path}")
+        except ApiFault as fault:
+            return Response(
+                json.dumps({"error": {"code": fault.code, "message": fault.message,
+                                      "status": fault.status}}),
+                fault.code, mimetype="application/json",
+            )
+
+    def _inject_fault(self, request: Request) -> None:
+        for entry in list(self._faults):
+            method, fragment, fault, left = entry
+            if (method is None or method == request.method) and (
+                fragment is None or fragment in request.path
+            ):
+                left[0] -= 1
+                if left[0] <= 0:
+                    self._faults.remove(entry)
+                raise fault
+
+    @staticmethod
+    def _check_query(handler: str, request: Request) -> None:
+        allowed = ALLOWED_QUERY.get(handler, set())
+        for key in request.args:
+            if key not in allowed:
+                raise _invalid(
+                    f'Invalid JSON payload received. Unknown name "{key}": Cannot bind query '
+                    "parameter."
+                )
+
+    def _operation(self, project: str, zone: str, verb: str, target: str, api_version: str,
+                   done: Callable[[], bool], response: Callable[[], dict[str, Any]],
+                   error: dict[str, Any] | None = None) -> dict[str, Any]:
+        name = f"projects/{project}/locations/{zone}/operations/operation-{next(self._ids)}"
+        op = _Operation(name, verb, target, api_version, self.clock(), done, response, error)
+        self.operations[name] = op
+        return op.json()
+
+    # -- handlers: (groups, request, body) -> (status, payload)
+
+    def _h_create_qr(self, g: dict[str, str], request: Request, body: Any,
+                     ) -> tuple[int, dict[str, Any]]:
+        qr_id = request.args.get("queuedResourceId", "")
+        if not _ID_RE.fullmatch(qr_id):
+            raise _invalid(
+                f"queuedResourceId {qr_id!r} is required and must match "
+                "[a-z]([-a-z0-9]*[a-z0-9])?"
+            )
+        if not isinstance(body, dict):
+            raise _invalid("Invalid JSON payload received: a QueuedResource object is required.")
+        _check(body, QUEUED_RESOURCE, "queued_resource", QR_OUTPUT_ONLY)
+        self._check_flex(body, g)
+        name = self.qr_name(g["project"], g["zone"], qr_id)
+        if name in self.queued_resources:
+            raise ApiFault(409, "ALREADY_EXISTS", f"Resource '{name}' already exists")
+        clean = {k: v for k, v in body.items() if k not in QR_OUTPUT_ONLY}
+        if self._create_errors:
+            error = self._create_errors.pop(0)
+            return 200, self._operation(g["project"], g["zone"], "create", name, "v2alpha1",
+                                        lambda: True, dict, error)
+        now = self.clock()
+        self.queued_resources[name] = _QueuedResource(name, clean, "CREATING", now, now)
+
+        def done() -> bool:
+            qr = self.queued_resources.get(name)
+            return qr is None or qr.state != "CREATING"
+
+        def response() -> dict[str, Any]:
+            qr = self.queued_resources.get(name)
+            typ = {"@type": "type.googleapis.com/google.cloud.tpu.v2alpha1.QueuedResource"}
+            return {**typ, **(qr.json() if qr else {"name": name})}
+
+        return 200, self._operation(g["project"], g["zone"], "create", name, "v2alpha1", done,
+                                    response)
+
+    @staticmethod
+    def _check_flex(body: dict[str, Any], g: dict[str, str]) -> None:
+        """Required fields of a flex-start create, as this project sends it."""
+        specs = body.get("tpu", {}).get("nodeSpec")
+        if not specs:
+            raise _invalid("Invalid argument: tpu.nodeSpec is required.")
+        if body.get("provisioningModel") != "FLEX_START":
+            raise _invalid("Invalid argument: provisioningModel must be FLEX_START "
+                           "(fake policy: this project only creates flex-start QRs).")
+        max_run = body.get("runDuration", {}).get("maxRunDuration")
+        if not max_run:
+            raise _invalid("Invalid argument: runDuration.maxRunDuration is required for the "
+                           "FLEX_START provisioning model.")
+        if not 0 < _seconds(max_run) <= MAX_FLEX_RUN_S:
+            raise _invalid(f"Invalid argument: runDuration.maxRunDuration {max_run} must be "
+                           "more than 0 and at most 7 days.")
+        parent = f"projects/{g['project']}/locations/{g['zone']}"
+        for i, spec in enumerate(specs):
+            if spec.get("parent") != parent:
+                raise _invalid(f"Invalid argument: tpu.nodeSpec[{i}].parent must be {parent}.")
+            if not _ID_RE.fullmatch(str(spec.get("nodeId", ""))):
+                raise _invalid(f"Invalid argument: tpu.nodeSpec[{i}].nodeId is required.")
+            node = spec.get("node")
+            if not isinstance(node, dict):
+                raise _invalid(f"Invalid argument: tpu.nodeSpec[{i}].node is required.")
+            if not (node.get("acceleratorType") or node.get("acceleratorConfig")):
+                raise _invalid(f"Invalid argument: tpu.nodeSpec[{i}].node.acceleratorType is "
+                               "required.")
+            if not node.get("runtimeVersion"):
+                raise _invalid(f"Invalid argument: tpu.nodeSpec[{i}].node.runtimeVersion is "
+                               "required.")
+            if node.get("networkConfig", {}).get("enableExternalIps") is not True:
+                raise _invalid(
+                    f"Invalid argument: tpu.nodeSpec[{i}].node.networkConfig.enableExternalIps "
+                    "must be true (fake policy: without it the node gets no external IP)."
+                )
+
+    def _h_list_qrs(self, g: dict[str, str], request: Request, body: Any,
+                    ) -> tuple[int, dict[str, Any]]:
+        parent = f"projects/{g['project']}/locations/{g['zone']}/"
+        items = [r.json() for n, r in sorted(self.queued_resources.items())
+                 if n.startswith(parent)]
+        return 200, _page(items, "queuedResources", request)
+
+    def _h_get_qr(self, g: dict[str, str], request: Request, body: Any,
+                  ) -> tuple[int, dict[str, Any]]:
+        return 200, self._existing_qr(g).json()
+
+    def _existing_qr(self, g: dict[str, str]) -> _QueuedResource:
+        name = self.qr_name(g["project"], g["zone"], g["id"])
+        if name not in self.queued_resources:
+            raise ApiFault(404, "NOT_FOUND", f"Resource '{name}' was not found")
+        return self.queued_resources[name]
+
+    def _h_delete_qr(self, g: dict[str, str], request: Request, body: Any,
+                     ) -> tuple[int, dict[str, Any]]:
+        force = request.args.get("force", "false")
+        if force not in ("true", "false"):
+            raise _invalid(f'Invalid value at \'force\' (TYPE_BOOL), "{force}"')
+        record = self._existing_qr(g)
+        if record.state == "PROVISIONING":
+            raise ApiFault(400, "FAILED_PRECONDITION",
+                           f"Cannot delete queued resource '{record.name}' in state "
+                           "PROVISIONING; retry once provisioning finishes.")
+        if force != "true" and any(n in self.nodes for n in record.node_names):
+            raise ApiFault(400, "FAILED_PRECONDITION",
+                           f"Queued resource '{record.name}' still has nodes; delete them "
+                           "first or pass force=true.")
+        if record.state != "DELETING":
+            self._enter(record, "DELETING")
+        name = record.name
+        return 200, self._operation(
+            g["project"], g["zone"], "delete", name, "v2alpha1",
+            lambda: name not in self.queued_resources,
+            lambda: {"@type": "type.googleapis.com/google.protobuf.Empty"},
+        )
+
+    def _h_get_operation(self, g: dict[str, str], request: Request, body: Any,
+                         ) -> tuple[int, dict[str, Any]]:
+        name = f"projects/{g['project']}/locations/{g['zone']}/operations/{g['op']}"
+        if name not in self.operations:
+            raise ApiFault(404, "NOT_FOUND", f"Resource '{name}' was not found")
+        return 200, self.operations[name].json()
+
+    def _existing_node(self, g: dict[str, str]) -> _Node:
+        name = f"projects/{g['project']}/locations/{g['zone']}/nodes/{g['id']}"
+        if name not in self.nodes:
+            raise ApiFault(404, "NOT_FOUND", f"Resource '{name}' was not found")
+        return self.nodes[name]
+
+    def _h_list_nodes(self, g: dict[str, str], request: Request, body: Any,
+                      ) -> tuple[int, dict[str, Any]]:
+        parent = f"projects/{g['project']}/locations/{g['zone']}/"
+        items = [n.json(g["v"]) for name, n in sorted(self.nodes.items())
+                 if name.startswith(parent)]
+        return 200, _page(items, "nodes", request)
+
+    def _h_get_node(self, g: dict[str, str], request: Request, body: Any,
+                    ) -> tuple[int, dict[str, Any]]:
+        return 200, self._existing_node(g).json(g["v"])
+
+    def _h_delete_node(self, g: dict[str, str], request: Request, body: Any,
+                       ) -> tuple[int, dict[str, Any]]:
+        node = self._existing_node(g)
+        node.state, node.entered = "DELETING", self.clock()
+        name = node.name
+        return 200, self._operation(
+            g["project"], g["zone"], "delete", name, g["v"], lambda: name not in self.nodes,
+            lambda: {"@type": "type.googleapis.com/google.protobuf.Empty"},
+        )
+
+    def _h_guest_attributes(self, g: dict[str, str], request: Request, body: Any,
+                            ) -> tuple[int, dict[str, Any]]:
+        _check(body if body is not None else {}, GUEST_ATTRIBUTES_REQUEST,
+               "get_guest_attributes_request")
+        node = self._existing_node(g)
+        query = (body or {}).get("queryPath", "")
+        items = []
+        for (namespace, key), value in sorted(node.guest_attributes.items()):
+            full = f"{namespace}/{key}"
+            if not query or full == query or (query.endswith("/") and full.startswith(query)):
+                items.append({"namespace": namespace, "key": key, "value": value})
+        value = {"items": items} if items else {}
+        return 200, {"guestAttributes": [{"queryPath": query, "queryValue": value}]}
+
+
+def _page(items: list[dict[str, Any]], key: str, request: Request) -> dict[str, Any]:
+    try:
+        start = int(request.args.get("pageToken") or 0)
+        size = int(request.args.get("pageSize") or 100)
+    except ValueError:
+        raise _invalid("Invalid pageToken or pageSize.") from None
+    page = items[start:start + size]
+    out: dict[str, Any] = {key: page} if page else {}
+    if start + size < len(items):
+        out["nextPageToken"] = str(start + size)
+    return out
