@@ -320,6 +320,7 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+):getGuestAttributes"),
      "guest_attributes"),
 ]
+SYSTEM_PARAMETERS = frozenset({"$alt", "alt", "$fields", "fields", "prettyPrint", "key"})
 ALLOWED_QUERY = {
     "create_qr": {"queuedResourceId", "requestId"},
     "list_qrs": {"pageSize", "pageToken", "filter", "orderBy"},
@@ -432,6 +433,15 @@ class FakeTpuApi:
             self.nodes[name] = _Node(name, spec, state, ip, f"10.128.0.{n % 250 + 1}", None,
                                      now, now)
         return name
+
+    def set_node_state(self, node_id: str, state: str) -> None:
+        """Jump a node to `state` (e.g. PREEMPTED), as the platform would."""
+        with self._lock:
+            self._node(node_id).state = state
+
+    def set_node_ip(self, node_id: str, ip: str | None) -> None:
+        with self._lock:
+            self._node(node_id).external_ip = ip
 
     def set_state(self, qr: str, state: str, *, failure: str = "") -> None:
         """Jump a QR to `state` (by full name or id), with the node side effects."""
@@ -633,7 +643,9 @@ class FakeTpuApi:
 
     @staticmethod
     def _check_query(handler: str, request: Request) -> None:
-        allowed = ALLOWED_QUERY.get(handler, set())
+        # Google's system parameters are accepted on every method: google-cloud-tpu's REST
+        # transport sends `$alt=json;enum-encoding=int` on every call.
+        allowed = ALLOWED_QUERY.get(handler, set()) | SYSTEM_PARAMETERS
         for key in request.args:
             if key not in allowed:
                 raise _invalid(

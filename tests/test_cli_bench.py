@@ -1,0 +1,278 @@
+"""`tpuserve bench`: statistics from known timestamps, the streaming client's failure modes,
+the sweep end to end on the fake server (JSON the planner reads, a valid PNG)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
+from tests.test_cli_support import API_KEY, assert_one_line_error, invoke
+from tpuserve.ops import bench_report, loadgen, png, prompts
+from tpuserve.ops.bench_stats import CellStats, cv, percentile, rep_stats
+from tpuserve.ops.loadgen import RequestRecord, SseParser
+from tpuserve.planner import load_throughput, usd_per_million_tokens
+
+MODEL = "google/gemma-4-E2B-it"
+
+# ---------------------------------------------------------------- statistics (pure)
+
+
+def rec(start: float, first: float, last: float, tokens: int, end: float | None = None,
+        error: str | None = None) -> RequestRecord:
+    return RequestRecord(start=start, end=last if end is None else end, first_token=first,
+                         last_token=last, output_tokens=tokens, prompt_tokens=128,
+                         chunks=tokens, error=error)
+
+
+def test_rep_stats_from_known_timestamps() -> None:
+    records = [
+        # start, first token, last token, tokens: TTFT 0.1 s, 9 gaps of 0.01 s
+        rec(0.0, 0.1, 0.19, 10),
+        rec(0.0, 0.2, 0.38, 10),  # TTFT 0.2 s, TPOT 20 ms
+        rec(0.19, 0.49, 0.76, 10),  # TTFT 0.3 s, TPOT 30 ms
+        rec(0.38, 0.78, 1.14, 10),  # TTFT 0.4 s, TPOT 40 ms
+        RequestRecord(start=0.5, end=0.6, error="HTTP 500: boom"),
+    ]
+    s = rep_stats(records)
+    assert s.requests == 5 and s.errors == 1 and s.first_error == "HTTP 500: boom"
+    assert s.output_tokens == 40
+    assert s.span_s == pytest.approx(1.14)
+    assert s.output_tokens_per_s == pytest.approx(40 / 1.14)
+    assert s.ttft_ms_median == pytest.approx(250)  # median of 100, 200, 300, 400
+    assert s.ttft_ms_p90 == pytest.approx(370)  # 300 + 0.7 x 100
+    assert s.tpot_ms_median == pytest.approx(25)  # median of 10, 20, 30, 40
+    assert s.per_stream_tokens_per_s == pytest.approx(statistics.median([100, 50, 1000 / 30,
+                                                                         25]))
+    assert s.prompt_tokens_mean == 128
+
+
+def test_a_single_token_answer_has_no_tpot() -> None:
+    s = rep_stats([rec(0, 0.5, 0.5, 1)])
+    assert s.ttft_ms_median == 500 and s.tpot_ms_median is None
+    assert s.per_stream_tokens_per_s is None
+
+
+def test_no_successful_request_is_an_error() -> None:
+    with pytest.raises(ValueError, match="all 2 requests failed: HTTP 401"):
+        rep_stats([RequestRecord(0, 1, error="HTTP 401: x")] * 2)
+
+
+def test_cell_values_are_means_with_cv_across_repetitions() -> None:
+    a = rep_stats([rec(0, 0.1, 1.0, 100)])  # 100 tok/s, TTFT 100 ms
+    b = rep_stats([rec(0, 0.3, 0.8, 100)])  # 125 tok/s, TTFT 300 ms
+    cell = CellStats(128, 1, (a, b))
+    assert cell.output_tokens_per_s == pytest.approx(112.5)
+    assert cell.output_tokens_per_s_cv == pytest.approx(statistics.stdev([100, 125]) / 112.5)
+    assert cell.ttft_ms_median == pytest.approx(200)
+    assert cell.ttft_ms_median_cv == pytest.approx(statistics.stdev([100, 300]) / 200)
+    assert CellStats(128, 1, (a,)).output_tokens_per_s_cv is None
+
+
+def test_percentile_and_cv() -> None:
+    assert percentile([5], 90) == 5
+    assert percentile([1, 2, 3, 4, 5], 50) == 3
+    assert percentile([10, 20], 90) == pytest.approx(19)
+    assert cv([1.0]) is None and cv([2.0, 2.0]) == 0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_tables_follow_the_spec_layout_and_flag_unstable_ttft() -> None:
+    steady = rep_stats([rec(0, 0.1, 1.0, 100)])
+    jumpy = rep_stats([rec(0, 0.9, 1.0, 100)])
+    cells = [CellStats(128, 1, (steady, steady)), CellStats(128, 4, (steady, jumpy)),
+             CellStats(1024, 1, (steady, steady))]
+    console = Console(width=200, record=True)
+    for t in bench_report.tables(cells, {"spot": 0.5779, "flex": 0.6, "ondemand": 1.2}):
+        console.print(t)
+    text = console.export_text()
+    assert "context \\ clients" in text
+    assert "1,024" in text and "-" in text  # the 1,024 x 4 cell was not run
+    assert "500.0*" in text  # TTFT 100 vs 900 ms between repetitions
+    assert "±0.0%" in text
+    # SPEC 7's arithmetic through the planner's own function.
+    assert f"{usd_per_million_tokens(0.5779, 100):.3f}" in text
+
+
+# ---------------------------------------------------------------- SSE parsing
+
+
+def test_sse_parser_handles_split_events_crlf_and_comments() -> None:
+    p = SseParser()
+    assert p.feed(b'data: {"a"') == []
+    assert p.feed(b': 1}\n\n: keep-alive comment\n\ndata: [DO') == [b'{"a": 1}']
+    assert p.feed(b"NE]\r\n\r\n") == [b"[DONE]"]
+    assert p.feed(b"event: x\ndata: 1\ndata: 2\n\n") == [b"1\n2"]
+    assert p.pending == b""
+
+
+# ---------------------------------------------------------------- the client vs the fake
+
+
+def _one(cfg: FakeConfig, tokens: int = 5) -> RequestRecord:
+    with FakeOpenAIServer(cfg) as base:
+        body = loadgen.chat_body(MODEL, [{"role": "user", "content": "hi there"}], tokens)
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        (record,) = asyncio.run(loadgen.run_requests(base + "/v1/chat/completions", [body],
+                                                     headers, 1, timeout_s=10))
+    return record
+
+
+def test_stream_counts_tokens_from_usage() -> None:
+    r = _one(FakeConfig(), tokens=7)
+    assert r.ok and r.output_tokens == 7 and r.chunks == 7
+    assert r.prompt_tokens == 2 + 4 + 3  # the fake's tokenizer: words + overheads
+    assert r.start <= r.first_token <= r.last_token <= r.end  # type: ignore[operator]
+
+
+def test_known_server_delays_bound_the_measured_timings() -> None:
+    r = _one(FakeConfig(ttft_s=0.03, itl_s=0.005), tokens=5)
+    s = rep_stats([r])
+    # Lower bounds only: the fake cannot answer sooner than it was told to.
+    assert s.ttft_ms_median >= 30
+    assert s.tpot_ms_median is not None and s.tpot_ms_median >= 5
+
+
+@pytest.mark.parametrize(("cfg", "error"), [
+    (FakeConfig(close_after=3), "server closed the stream after 3 chunks without [DONE]"),
+    (FakeConfig(malformed=True), "malformed SSE event (not JSON)"),
+    (FakeConfig(omit_usage=True), "no usage in the last chunk"),
+    (FakeConfig(api_key="k"), "HTTP 401"),
+])
+def test_stream_failures_are_recorded_not_raised(cfg: FakeConfig, error: str) -> None:
+    if cfg.api_key:
+        cfg.api_key, key = "expected", "k"  # the client sends another key
+        with FakeOpenAIServer(cfg) as base:
+            body = loadgen.chat_body(MODEL, [{"role": "user", "content": "x"}], 3)
+            (r,) = asyncio.run(loadgen.run_requests(
+                base + "/v1/chat/completions", [body], {"Authorization": f"Bearer {key}"}, 1))
+    else:
+        r = _one(cfg)
+    assert not r.ok and error in (r.error or "")
+
+
+def test_connection_refused_is_recorded() -> None:
+    body = loadgen.chat_body(MODEL, [{"role": "user", "content": "x"}], 3)
+    (r,) = asyncio.run(loadgen.run_requests("http://127.0.0.1:9/v1/chat/completions", [body],
+                                            {}, 1, timeout_s=5))
+    assert r.error and "cannot connect" in r.error
+
+
+# ---------------------------------------------------------------- prompt lengths
+
+
+def test_calibration_hits_the_exact_count_with_tokenize() -> None:
+    def count(msgs: prompts.Messages) -> int:
+        return len(msgs[0]["content"].split()) + 7  # 7 template tokens
+
+    for target in (64, 1000, 8192):
+        words, counted = prompts.calibrate(target, count)
+        assert counted == target
+        assert count(prompts.messages(words, 12345)) == target  # any request number
+
+
+def test_calibration_stays_under_when_words_are_two_tokens() -> None:
+    def count(msgs: prompts.Messages) -> int:
+        return 2 * len(msgs[0]["content"].split()) + 5
+
+    _words, counted = prompts.calibrate(1000, count)
+    assert counted is not None and 990 <= counted <= 1000
+
+
+def test_without_tokenize_the_documented_approximation() -> None:
+    words, counted = prompts.calibrate(1024, lambda _m: None)
+    assert counted is None and words == 1024 - prompts.APPROX_OVERHEAD
+
+
+def test_prompts_differ_per_request_from_the_first_token() -> None:
+    a, b = (prompts.messages(50, n)[0]["content"] for n in (1, 2))
+    assert a.split()[0] != b.split()[0] and len(a.split()) == len(b.split()) == 51
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _bench(base: str, out: Path, *extra: str, key: str = API_KEY):
+    return invoke("bench", "--endpoint", base, "--contexts", "64,256", "--clients", "1,4",
+                  "--repetitions", "2", "--output-tokens", "8", "--requests-per-client", "2",
+                  "--out", str(out), "--json", *extra, env={"OPENAI_API_KEY": key})
+
+
+def test_bench_end_to_end(tmp_path: Path) -> None:
+    cfg = FakeConfig(api_key=API_KEY, max_model_len=4096)
+    server = FakeOpenAIServer(cfg)
+    with server as base:
+        result = _bench(base, tmp_path)
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["prompt_length_method"] == "tokenize"
+    cells = {(c["context"], c["clients"]): c for c in doc["cells"]}
+    assert set(cells) == {(64, 1), (64, 4), (256, 1), (256, 4)}
+    for (context, clients), c in cells.items():
+        assert c["prompt_tokens_mean"] == context  # exact lengths through /tokenize
+        assert c["requests"] == 2 * clients * 2 and c["errors"] == 0
+        assert len(c["reps"]) == 2 and all(r["output_tokens"] == clients * 2 * 8
+                                           for r in c["reps"])
+        assert c["output_tokens_per_s"] > 0 and c["ttft_ms_median"] >= 0
+        assert set(c["usd_per_million_output_tokens"]) == {"spot", "flex", "ondemand"}
+        assert c["usd_per_million_output_tokens"]["spot"] == pytest.approx(
+            usd_per_million_tokens(0.5779, c["output_tokens_per_s"]), rel=1e-3)
+    # The planner reads what bench writes.
+    table = load_throughput(doc["json_path"])
+    assert table.contexts == (64, 256) and table.client_counts == (1, 4)
+    chart = Path(doc["chart_path"]).read_bytes()
+    assert png.is_png(chart)
+    assert int.from_bytes(chart[16:20], "big") > 500  # IHDR width: a real figure
+    # Each request had its own prompt (prefix caching must not flatter TTFT); warm-ups too.
+    chats = [r.body for r in server.requests if r.path == "/v1/chat/completions"]
+    firsts = [b["messages"][0]["content"].split()[0] for b in chats]
+    # per cell one warm-up + 2 repetitions x clients x 2 requests: 5 + 17 + 5 + 17
+    assert len(set(firsts)) == len(firsts) == 44
+    assert all(b["stream_options"] == {"include_usage": True} and b["ignore_eos"]
+               for b in chats)
+
+
+def test_bench_tables_without_json(tmp_path: Path) -> None:
+    with FakeOpenAIServer(FakeConfig(api_key=API_KEY)) as base:
+        result = invoke("bench", "--endpoint", base, "--contexts", "32", "--clients", "2",
+                        "--repetitions", "1", "--output-tokens", "4", "--out", str(tmp_path),
+                        "--no-chart", env={"OPENAI_API_KEY": API_KEY})
+    assert result.exit_code == 0, result.stderr
+    assert "Aggregate output tokens/s" in result.stdout
+    assert "Cost per million output tokens" in result.stdout
+    assert [p.suffix for p in tmp_path.iterdir()] == [".json"]
+
+
+def test_bench_without_key_fails_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    with FakeOpenAIServer(FakeConfig(api_key=API_KEY)) as base:
+        result = _bench(base, tmp_path, key="")
+    assert_one_line_error(result, "HTTP 401", "OPENAI_API_KEY")
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
+
+
+def test_server_closing_mid_stream_fails_the_bench(tmp_path: Path) -> None:
+    with FakeOpenAIServer(FakeConfig(api_key=API_KEY, close_after=2)) as base:
+        result = _bench(base, tmp_path)
+    assert_one_line_error(result, "server closed the stream after 2 chunks",
+                          "nothing was written")
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
+
+
+def test_context_past_max_model_len_is_a_usage_error(tmp_path: Path) -> None:
+    with FakeOpenAIServer(FakeConfig(api_key=API_KEY, max_model_len=512)) as base:
+        result = _bench(base, tmp_path, "--contexts", "600")
+    assert result.exit_code == 2
+    assert_one_line_error(result, "--contexts = 600", "max_model_len 512")
+
+
+@pytest.mark.parametrize("bad", ["", "1,x", "0,4"])
+def test_bad_client_list(bad: str, tmp_path: Path) -> None:
+    result = invoke("bench", "--endpoint", "http://127.0.0.1:9", "--clients", bad)
+    assert result.exit_code == 2
+    assert_one_line_error(result, "--clients")

@@ -1,0 +1,168 @@
+"""What every command shares: options, config loading, API clients, one-line errors, JSON."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from tpuserve.config import STACK_NAMES, ConfigError, Deployment, load_deployments
+from tpuserve.google_api import ApiError
+from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
+from tpuserve.ops.server import ServerTarget, normalize_base_url
+
+API_KEY_ENV = "OPENAI_API_KEY"
+
+# stdout carries results (tables, or JSON with --json); stderr carries progress and errors.
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Machine-readable JSON on stdout (progress on stderr).")
+]
+StackArg = Annotated[str, typer.Argument(help=f"Stack: {', '.join(STACK_NAMES)}.")]
+OptionalStackArg = Annotated[
+    str | None,
+    typer.Argument(help=f"Stack: {', '.join(STACK_NAMES)}. Omit it with --endpoint.",
+                   show_default=False),
+]
+EndpointOpt = Annotated[
+    str | None,
+    typer.Option("--endpoint", help="Server root URL (e.g. http://34.1.2.3:8000) instead of a "
+                 "stack: any OpenAI-compatible server.", show_default=False),
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", envvar=API_KEY_ENV, show_envvar=True, show_default=False,
+                 help="The server's API key (prefer the environment variable: argv is visible "
+                 "to other users)."),
+]
+
+
+def emit_json(obj: Any, *, line: bool = False) -> None:
+    """One JSON document on stdout (no rich markup, no wrapping); `line`: on one line (JSON
+    Lines, for streams of documents such as `status --watch --json`)."""
+    sys.stdout.write(json.dumps(obj, indent=None if line else 2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def log(msg: str) -> None:
+    err_console.print(msg, markup=False)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command(fn: F) -> F:
+    """Run a command body: every known failure becomes one line on stderr (and a JSON error
+    with --json) and its exit code; Ctrl-C exits 130. Never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("json_output"))
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise  # typer reports usage errors itself (exit 2)
+        except OpsError as exc:
+            _fail(exc.line, exc.exit_code, as_json)
+        except ApiError as exc:
+            _fail(str(exc), 1, as_json)
+        except ConfigError as exc:
+            _fail("invalid configuration: " + "; ".join(exc.problems), EXIT_USAGE, as_json)
+        except KeyboardInterrupt:
+            _fail("interrupted", EXIT_INTERRUPTED, as_json)
+        except Exception as exc:
+            if os.environ.get("TPUSERVE_DEBUG"):
+                raise
+            # Known library errors that escaped a narrower handler: still one line.
+            _fail(f"{type(exc).__name__}: {one_line(exc)} (set TPUSERVE_DEBUG=1 for a "
+                  "traceback)", 1, as_json)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fail(line: str, code: int, as_json: bool) -> None:
+    err_console.print(f"tpuserve: error: {line}", markup=False, soft_wrap=True)
+    if as_json:
+        emit_json({"ok": False, "error": line, "exit_code": code})
+    raise typer.Exit(code)
+
+
+def deployments() -> dict[str, Deployment]:
+    return load_deployments()
+
+
+def load_stack(name: str) -> Deployment:
+    if name not in STACK_NAMES:
+        raise OpsError(f"stack {name!r}: not one of {', '.join(STACK_NAMES)}",
+                       exit_code=EXIT_USAGE)
+    found = deployments()
+    if name not in found:
+        raise OpsError(f"stack {name!r} is not in the configuration (configured: "
+                       f"{', '.join(found) or 'none'})", exit_code=EXIT_USAGE)
+    return found[name]
+
+
+# ------------------------------------------------------------------ API clients (injectable)
+# Tests swap these factories; by default they follow gcloud's environment variables.
+
+
+def node_api() -> Any:
+    from tpuserve.ops.tpu_nodes import NodeApi
+
+    return NodeApi()
+
+
+def qr_api() -> Any:
+    from tpuserve.queued_resource import TpuClient
+
+    return TpuClient()
+
+
+def deploy_runner() -> Any:
+    """How `recover` re-runs a stack's deployment (tpuserve.ops.recovery.run_deploy)."""
+    from tpuserve.ops.recovery import run_deploy
+
+    return run_deploy
+
+
+def resolve_target(
+    stack: str | None, endpoint: str | None, api_key: str | None
+) -> tuple[ServerTarget, Deployment | None]:
+    """A stack (its node's external IP from the TPU API) or an explicit --endpoint."""
+    if endpoint and stack:
+        raise OpsError("give a STACK or --endpoint, not both", exit_code=EXIT_USAGE)
+    if endpoint:
+        return ServerTarget(normalize_base_url(endpoint), api_key or None), None
+    if not stack:
+        raise OpsError("give a STACK (spot, ondemand, flex) or --endpoint URL",
+                       exit_code=EXIT_USAGE)
+    d = load_stack(stack)
+    node = node_api().get(d)
+    if node is None:
+        raise OpsError(f"{stack}: node {d.node_name} does not exist in "
+                       f"{d.gcp.project}/{d.gcp.zone}",
+                       hint=f"deploy it (npx cdktf deploy {stack}), then `tpuserve wait {stack}`")
+    if not node.external_ip:
+        raise OpsError(f"{stack}: node {d.node_name} is {node.state} with no external IP yet",
+                       hint=f"`tpuserve wait {stack}` blocks until it serves")
+    if d.access.api_key_proxy and not api_key:
+        raise OpsError(
+            f"{stack}: the API-key proxy is on and no key was given",
+            hint=f'export {API_KEY_ENV}="$({key_command(d)})"',
+            exit_code=EXIT_USAGE,
+        )
+    return ServerTarget(f"http://{node.external_ip}:{d.vllm.port}", api_key or None), d
+
+
+def key_command(d: Deployment) -> str:
+    """The gcloud command that prints the stack's API key (we print the command, never the key)."""
+    return (f"gcloud secrets versions access latest --secret={d.api_key_secret_id} "
+            f"--project={d.gcp.project}")

@@ -1,0 +1,36 @@
+"""`tpuserve recover STACK`: replace a PREEMPTED spot node or a SUSPENDED/FAILED flex queued
+resource by deleting it and re-running the stack's deployment (Terraform recreates it)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tpuserve.ops import recovery
+
+from . import common
+from .common import JsonOpt, StackArg, command, emit_json, log
+
+
+@command
+def recover(
+    stack: StackArg,
+    retries: Annotated[int, typer.Option(help="Attempts before giving up.", min=1)] = (
+        recovery.DEFAULT_RETRIES
+    ),
+    json_output: JsonOpt = False,
+) -> None:
+    """Delete what is dead and re-run `npx cdktf deploy STACK --auto-approve` (override with
+    TPUSERVE_DEPLOY_COMMAND, '{stack}' is replaced). A healthy stack is left alone (exit 0)."""
+    d = common.load_stack(stack)
+    result = recovery.recover(
+        d, nodes=common.node_api(), qrs=common.qr_api(), deploy=common.deploy_runner(),
+        retries=retries, log=log,
+    )
+    if json_output:
+        emit_json(result.to_json())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recover")(recover)

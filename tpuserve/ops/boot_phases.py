@@ -1,0 +1,115 @@
+"""Boot progress as the boot script records it in guest attributes (templates/startup.sh.j2).
+
+Namespace "tpuserve"; every value is "<UTC ISO-8601 time> <words>". `boot` is written first
+on every boot, so a key older than it belongs to an earlier boot and is ignored. `state` is
+`booting | waiting <why> | ready | failed <reason>`; `guard` carries the billing guard's
+`deadline=<UTC time>`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+NAMESPACE = "tpuserve"
+# The boot script's phases in the order it passes them (its header lists them).
+PHASES: tuple[tuple[str, str], ...] = (
+    ("boot", "boot started"),
+    ("guard", "billing guard"),
+    ("secret", "secrets fetched"),
+    ("cache", "compile cache restored"),
+    ("image", "image pulled"),
+    ("container", "container started"),
+    ("memory", "memory statistics"),
+    ("kv_cache", "KV cache initialised"),
+    ("startup_complete", "startup complete"),
+    ("health", "/health OK"),
+    ("cache_publish", "compile cache published"),
+)
+_LABELS = dict(PHASES)
+_DEADLINE_RE = re.compile(r"deadline=(\S+)")
+
+
+@dataclass(frozen=True)
+class BootPhase:
+    key: str
+    label: str
+    at: dt.datetime | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class BootReport:
+    state: str  # "unknown" (no attributes), "booting", "waiting", "ready", "failed"
+    reason: str  # the words after failed/waiting
+    phases: tuple[BootPhase, ...]  # recorded phases of the current boot, in boot order
+    guard_deadline: dt.datetime | None = None
+    guard: str = ""  # the guard's words: "deadline=... from=...", "deleting", "failed <why>"
+
+    @property
+    def started_at(self) -> dt.datetime | None:
+        return next((p.at for p in self.phases if p.key == "boot"), None)
+
+    @property
+    def last(self) -> BootPhase | None:
+        return self.phases[-1] if self.phases else None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "guard_deadline": _iso(self.guard_deadline),
+            "guard": self.guard,
+            "phases": [
+                {"key": p.key, "label": p.label, "at": _iso(p.at), "detail": p.detail}
+                for p in self.phases
+            ],
+        }
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    return t.isoformat().replace("+00:00", "Z") if t else None
+
+
+def parse_time(text: str) -> dt.datetime | None:
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def _split(value: str) -> tuple[dt.datetime | None, str]:
+    head, _, rest = value.strip().partition(" ")
+    at = parse_time(head)
+    return (at, rest.strip()) if at else (None, value.strip())
+
+
+def parse_boot(attrs: Mapping[str, str]) -> BootReport:
+    """{key: value} of the tpuserve namespace -> the current boot's report."""
+    if not attrs:
+        return BootReport("unknown", "", ())
+    parsed = {k: _split(v) for k, v in attrs.items()}
+    boot_at = parsed.get("boot", (None, ""))[0]
+
+    def current(key: str) -> bool:
+        at = parsed[key][0]
+        return boot_at is None or at is None or at >= boot_at
+
+    phases = tuple(
+        BootPhase(key, label, *parsed[key])
+        for key, label in PHASES
+        if key in parsed and current(key)
+    )
+    state, reason = "booting", ""
+    if "state" in parsed and current("state"):
+        word, _, reason = parsed["state"][1].partition(" ")
+        state = word if word in ("booting", "waiting", "ready", "failed") else "booting"
+    deadline = None
+    if "guard" in parsed and current("guard"):
+        m = _DEADLINE_RE.search(parsed["guard"][1])
+        deadline = parse_time(m.group(1)) if m else None
+    guard = parsed["guard"][1] if "guard" in parsed and current("guard") else ""
+    return BootReport(state, reason.strip(), phases, deadline, guard)

@@ -1,0 +1,51 @@
+"""A PNG made in memory with zlib (no imaging dependency): the smoke test's image."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
+def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    """An 8-bit RGB PNG of one colour."""
+    if width < 1 or height < 1:
+        raise ValueError(f"PNG size {width}x{height}: both sides must be >= 1")
+    row = b"\x00" + bytes(rgb) * width  # filter type 0 (None) per scanline
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit, truecolour
+    return (
+        SIGNATURE
+        + _chunk(b"IHDR", ihdr)
+        + _chunk(b"IDAT", zlib.compress(row * height, 9))
+        + _chunk(b"IEND", b"")
+    )
+
+
+def data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def is_png(data: bytes) -> bool:
+    """Signature, a well-formed IHDR first and IEND last, every chunk's CRC right."""
+    if not data.startswith(SIGNATURE):
+        return False
+    pos, kinds = len(SIGNATURE), []
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        crc_bytes = data[pos + 8 + length : pos + 12 + length]
+        if len(body) != length or len(crc_bytes) != 4:
+            return False
+        if struct.unpack(">I", crc_bytes)[0] != zlib.crc32(kind + body) & 0xFFFFFFFF:
+            return False
+        kinds.append(kind)
+        pos += 12 + length
+    return pos == len(data) and bool(kinds) and kinds[0] == b"IHDR" and kinds[-1] == b"IEND"

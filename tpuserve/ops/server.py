@@ -1,0 +1,114 @@
+"""The model server as an HTTP peer: where it is, its key, and the small non-chat calls.
+
+vLLM serves the OpenAI API under /v1 and its own routes (/health, /tokenize, /metrics) at the
+root, so a target is the root URL; the OpenAI client gets `<root>/v1`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from .errors import EXIT_USAGE, OpsError, one_line
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    base_url: str  # scheme://host:port, no trailing slash, no /v1
+    api_key: str | None = field(default=None, repr=False)  # never printed
+
+    @property
+    def v1(self) -> str:
+        return self.base_url + "/v1"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def normalize_base_url(url: str) -> str:
+    """'http://1.2.3.4:8000/v1/' -> 'http://1.2.3.4:8000'. Rejects what is not an http(s) URL."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OpsError(
+            f"--endpoint = {url!r}: not an http(s) URL",
+            hint="give the server's root, e.g. http://34.1.2.3:8000",
+            exit_code=EXIT_USAGE,
+        )
+    path = parts.path.rstrip("/")
+    path = path.removesuffix("/v1")
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def http_client(timeout_s: float = 30.0) -> httpx.Client:
+    return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+                        trust_env=False)
+
+
+def health(http: httpx.Client, target: ServerTarget) -> tuple[bool, str]:
+    """GET /health (never guarded): (ok, one-line detail). Never raises for network faults."""
+    try:
+        resp = http.get(target.base_url + "/health")
+    except httpx.HTTPError as exc:
+        return False, f"{type(exc).__name__}: {one_line(exc, 120) or 'no answer'}"
+    return resp.status_code == 200, f"HTTP {resp.status_code}"
+
+
+def _get_json(http: httpx.Client, url: str, headers: Mapping[str, str], what: str) -> Any:
+    try:
+        resp = http.get(url, headers=dict(headers))
+    except httpx.HTTPError as exc:
+        raise OpsError(
+            f"{what}: cannot reach {url} ({type(exc).__name__}: {one_line(exc, 120)})",
+            hint="check the endpoint, the firewall (access.api_source_ranges) and `tpuserve wait`",
+        ) from None
+    if resp.status_code in (401, 403):
+        raise OpsError(
+            f"{what}: HTTP {resp.status_code} from {url}: the server wants an API key",
+            hint="pass --api-key or set OPENAI_API_KEY (`tpuserve endpoint STACK` shows how)",
+        )
+    if resp.status_code != 200:
+        raise OpsError(f"{what}: HTTP {resp.status_code} from {url}: {one_line(resp.text, 200)}")
+    try:
+        return resp.json()
+    except ValueError:
+        raise OpsError(f"{what}: {url} answered non-JSON: {one_line(resp.text, 120)}") from None
+
+
+def served_model(http: httpx.Client, target: ServerTarget) -> tuple[str, int | None]:
+    """The first model of GET /v1/models and its max_model_len (vLLM adds it to the card)."""
+    data = _get_json(http, target.v1 + "/models", target.headers(), "list models")
+    cards = data.get("data") if isinstance(data, dict) else None
+    if not cards or not isinstance(cards[0], dict) or not cards[0].get("id"):
+        raise OpsError(f"list models: malformed answer from {target.v1}/models: "
+                       f"{one_line(data, 120)}")
+    mml = cards[0].get("max_model_len")
+    return str(cards[0]["id"]), int(mml) if isinstance(mml, int) else None
+
+
+def tokenize_count(
+    http: httpx.Client, target: ServerTarget, model: str, messages: list[dict[str, Any]]
+) -> int | None:
+    """Prompt tokens of a chat, template included, by vLLM's POST /tokenize; None when the
+    server has no such route (not vLLM)."""
+    body = {"model": model, "messages": messages, "add_generation_prompt": True}
+    try:
+        resp = http.post(target.base_url + "/tokenize", json=body, headers=target.headers())
+    except httpx.HTTPError:
+        return None
+    if resp.status_code in (404, 405, 501):
+        return None
+    if resp.status_code != 200:
+        raise OpsError(f"tokenize: HTTP {resp.status_code}: {one_line(resp.text, 200)}")
+    try:
+        count = resp.json()["count"]
+    except (ValueError, KeyError, TypeError):
+        raise OpsError(f"tokenize: malformed answer: {one_line(resp.text, 120)}") from None
+    if isinstance(count, list):  # some servers answer one count per prompt
+        count = count[0] if count else None
+    if not isinstance(count, int):
+        raise OpsError(f"tokenize: malformed count: {one_line(resp.text, 120)}")
+    return count

@@ -1,0 +1,246 @@
+"""`smoke`: the checks SPEC's validation ran, each one pass / fail / skip with a one-line detail.
+
+OpenAI-compatible calls go through the official `openai` client, always on
+/v1/chat/completions (SPEC 1: raw /v1/completions answers an empty string on -it models, which
+would look like a broken deploy). Raw HTTP (health, the refusals without a key) uses httpx.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from . import png, prompts, server
+from .errors import one_line
+from .server import ServerTarget
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city name"}},
+            "required": ["city"],
+        },
+    },
+}
+RED = (220, 20, 20)
+# The long prompt leaves room for the answer; without /tokenize the approximation may be off
+# by a few percent, so it aims lower.
+LONG_PROMPT_MARGIN = 64
+LONG_PROMPT_APPROX_FRACTION = 0.90
+LONG_PROMPT_NEAR_FRACTION = 0.80  # accepted prompt must be at least this share of the limit
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    result: str  # PASS, FAIL or SKIP
+    detail: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.result != FAIL
+
+    def to_json(self) -> dict[str, object]:
+        return {"check": self.name, "result": self.result, "detail": self.detail,
+                "seconds": round(self.seconds, 3)}
+
+
+class CheckFailed(Exception):
+    """The check ran and the server's answer is wrong."""
+
+
+class _Skip(Exception):
+    """The check cannot run here (no model, no max_model_len, proxy off)."""
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    model: str | None = None  # None: the first model of /v1/models
+    max_model_len: int | None = None  # None: from /v1/models
+    expect_auth: bool = True  # the API-key proxy guards /v1 and /metrics
+    timeout_s: float = 300.0
+
+
+def _openai_error(exc: BaseException) -> str:
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body if exc.body is not None else exc.response.text
+        return f"HTTP {exc.status_code}: {one_line(body, 200)}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot connect: {one_line(exc.__cause__ or exc, 120)}"
+    return f"{type(exc).__name__}: {one_line(exc, 200)}"
+
+
+def run_smoke(
+    target: ServerTarget,
+    opts: SmokeOptions,
+    *,
+    http: httpx.Client,
+    on_check: Callable[[Check], None] = lambda _c: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[Check]:
+    import openai
+
+    client = openai.OpenAI(
+        base_url=target.v1, api_key=target.api_key or "EMPTY", max_retries=0,
+        timeout=opts.timeout_s,
+    )
+    checks: list[Check] = []
+    state: dict[str, Any] = {"model": opts.model, "max_model_len": opts.max_model_len}
+
+    def run(name: str, fn: Callable[[], str]) -> None:
+        t0 = clock()
+        try:
+            detail, result = fn(), PASS
+        except CheckFailed as exc:
+            detail, result = str(exc), FAIL
+        except _Skip as exc:
+            detail, result = str(exc), SKIP
+        except Exception as exc:  # noqa: BLE001 - a check reports any failure as one line
+            detail, result = _openai_error(exc), FAIL
+        check = Check(name, result, one_line(detail, 300), clock() - t0)
+        checks.append(check)
+        on_check(check)
+
+    def health() -> str:
+        ok, detail = server.health(http, target)
+        if not ok:
+            raise CheckFailed(f"GET /health: {detail}")
+        return f"GET /health: {detail}"
+
+    def models() -> str:
+        listed = client.models.list()
+        cards = list(listed.data)
+        if not cards:
+            raise CheckFailed("GET /v1/models listed no model")
+        served = cards[0].id
+        mml = getattr(cards[0], "max_model_len", None) or (cards[0].model_extra or {}).get(
+            "max_model_len"
+        )
+        if state["model"] and state["model"] not in [c.id for c in cards]:
+            raise CheckFailed(f"the server serves {served!r}, not {state['model']!r}")
+        state["model"] = state["model"] or served
+        if isinstance(mml, int):
+            state["max_model_len"] = mml
+        return f"{served} (max_model_len {mml if mml else 'not reported'})"
+
+    def need_model() -> str:
+        if not state["model"]:
+            raise _Skip("no model: /v1/models failed and --model was not given")
+        return str(state["model"])
+
+    def chat() -> str:
+        resp = client.chat.completions.create(
+            model=need_model(),
+            messages=[{"role": "user", "content": "Reply with exactly one word: pong"}],
+            max_tokens=64, temperature=0,
+        )
+        text = (resp.choices[0].message.content or "").strip() if resp.choices else ""
+        if not text:
+            raise CheckFailed("/v1/chat/completions answered an empty message")
+        return f"answered {text[:60]!r}"
+
+    def tool_call() -> str:
+        resp = client.chat.completions.create(
+            model=need_model(),
+            messages=[{"role": "user",
+                       "content": "What is the weather in Paris right now? Use the tool."}],
+            tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=256, temperature=0,
+        )
+        msg = resp.choices[0].message if resp.choices else None
+        calls = (msg.tool_calls or []) if msg else []
+        if not calls:
+            text = (msg.content or "") if msg else ""
+            raise CheckFailed(f"no tool call; the model answered {text[:80]!r}")
+        fn = calls[0].function
+        if fn.name != "get_weather":
+            raise CheckFailed(f"the call names {fn.name!r}, not 'get_weather'")
+        try:
+            args = json.loads(fn.arguments)
+        except ValueError:
+            raise CheckFailed(f"arguments are not JSON: {fn.arguments[:80]!r}") from None
+        if not isinstance(args, dict) or not isinstance(args.get("city"), str) or not args[
+            "city"
+        ].strip():
+            raise CheckFailed(f"arguments carry no 'city': {fn.arguments[:80]!r}")
+        return f"get_weather({json.dumps(args)})"
+
+    def image() -> str:
+        url = png.data_url(png.solid_png(64, 64, RED))
+        resp = client.chat.completions.create(
+            model=need_model(),
+            messages=[{"role": "user", "content": [
+                {"type": "text", "text": "What colour fills this image? Answer in one word."},
+                {"type": "image_url", "image_url": {"url": url}},
+            ]}],
+            max_tokens=32, temperature=0,
+        )
+        text = (resp.choices[0].message.content or "").strip() if resp.choices else ""
+        if "red" not in text.lower():
+            raise CheckFailed(f"a solid red image; the model answered {text[:80]!r}")
+        return f"a solid red 64x64 PNG: {text[:60]!r}"
+
+    def long_prompt() -> str:
+        mml = state["max_model_len"]
+        if not mml:
+            raise _Skip("max_model_len unknown: pass --max-model-len")
+        model = need_model()
+        max_tokens = 8
+
+        def count(msgs: prompts.Messages) -> int | None:
+            return server.tokenize_count(http, target, model, msgs)
+
+        target_tokens = mml - LONG_PROMPT_MARGIN - max_tokens
+        words, counted = prompts.calibrate(target_tokens, count)
+        if counted is None:
+            words = prompts.approx_words(int(target_tokens * LONG_PROMPT_APPROX_FRACTION))
+        resp = client.chat.completions.create(
+            model=model, messages=prompts.messages(words, 424242),  # type: ignore[arg-type]
+            max_tokens=max_tokens, temperature=0,
+        )
+        used = resp.usage.prompt_tokens if resp.usage else None
+        if used is None:
+            raise CheckFailed("accepted, but the answer has no usage.prompt_tokens")
+        if used < LONG_PROMPT_NEAR_FRACTION * mml:
+            raise CheckFailed(f"only {used:,} prompt tokens of max_model_len {mml:,} were sent")
+        how = "/tokenize" if counted is not None else "approximation"
+        return f"{used:,} of {mml:,} tokens accepted (length by {how})"
+
+    def refused(path: str) -> Callable[[], str]:
+        def check() -> str:
+            if not opts.expect_auth:
+                raise _Skip("the API-key proxy is off (access.api_key_proxy = false)")
+            try:
+                resp = http.get(target.base_url + path)  # deliberately without the key
+            except httpx.HTTPError as exc:
+                raise CheckFailed(f"GET {path}: {type(exc).__name__}") from None
+            if resp.status_code in (401, 403):
+                return f"GET {path} without the key: HTTP {resp.status_code}"
+            raise CheckFailed(
+                f"GET {path} without the key: HTTP {resp.status_code}, expected 401: it is open"
+            )
+        return check
+
+    run("health", health)
+    run("models", models)
+    run("chat completion", chat)
+    run("tool call", tool_call)
+    run("image input", image)
+    run("long prompt", long_prompt)
+    run("no key on /v1 refused", refused("/v1/models"))
+    run("no key on /metrics refused", refused("/metrics"))
+    return checks

@@ -1,0 +1,191 @@
+"""TPU nodes and their guest attributes through google-cloud-tpu's v2 client (REST transport).
+
+REST, not gRPC, so gcloud's `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` can point it at any root
+(a fake on 127.0.0.1 in tests); credentials follow tpuserve.google_api (the
+`CLOUDSDK_AUTH_ACCESS_TOKEN` bearer token, else Application Default Credentials). Every API
+failure becomes google_api.ApiError: one line with the status, the message and what to do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tpuserve.config import Deployment
+from tpuserve.google_api import (
+    CLOUD_PLATFORM_SCOPE,
+    TOKEN_ENV,
+    TPU_API,
+    ApiError,
+    CredentialsError,
+    api_root,
+)
+
+# One API call's deadline; callers poll, so a slow answer is retried by the caller's loop.
+CALL_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the CLI needs of a TPU node."""
+
+    name: str
+    state: str  # READY, CREATING, PREEMPTED, ... (google.cloud.tpu_v2.Node.State)
+    health: str  # HEALTHY, ... or HEALTH_UNSPECIFIED
+    external_ip: str | None
+    create_time: dt.datetime | None
+    accelerator_type: str
+    spot: bool
+    health_description: str = ""
+
+
+def node_path(d: Deployment) -> str:
+    return f"projects/{d.gcp.project}/locations/{d.gcp.zone}/nodes/{d.node_name}"
+
+
+def _credentials(environ: Mapping[str, str]) -> Any:
+    token = environ.get(TOKEN_ENV, "").strip()
+    if token:
+        from google.oauth2.credentials import Credentials
+
+        return Credentials(token=token)
+    import google.auth
+    import google.auth.exceptions
+
+    try:
+        creds, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    except google.auth.exceptions.DefaultCredentialsError as exc:
+        raise CredentialsError(f"no Application Default Credentials ({exc})") from None
+    return creds
+
+
+def make_client(environ: Mapping[str, str] | None = None) -> Any:
+    """google.cloud.tpu_v2.TpuClient on the REST transport at gcloud's TPU endpoint."""
+    from google.cloud import tpu_v2
+
+    env = os.environ if environ is None else environ
+    try:
+        root = api_root("tpu", TPU_API, env)
+    except ValueError as exc:
+        raise ApiError(0, "INVALID_ARGUMENT", str(exc), action="TPU endpoint", hint="fix it")
+    return tpu_v2.TpuClient(
+        transport="rest",
+        client_options={"api_endpoint": root.rstrip("/")},
+        credentials=_credentials(env),
+    )
+
+
+@contextmanager
+def api_errors(action: str) -> Iterator[None]:
+    """google-api-core and transport exceptions -> ApiError (one line, with a hint)."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+
+    try:
+        yield
+    except gexc.GoogleAPICallError as exc:
+        code = int(exc.code or 0) if isinstance(exc.code, int) else 0
+        status = exc.grpc_status_code.name if exc.grpc_status_code else ""
+        message = exc.message or str(exc)
+        # REST errors carry the API's own JSON: prefer its status and message over
+        # api-core's "GET <url>: ..." rendering.
+        try:
+            err = exc.response.json().get("error", {})  # type: ignore[union-attr]
+            status = str(err.get("status") or status)
+            message = str(err.get("message") or message)
+        except (AttributeError, ValueError, TypeError):
+            pass
+        raise ApiError(code, status or "UNKNOWN", message, action=action,
+                       service="tpu") from None
+    except auth_exc.GoogleAuthError as exc:
+        raise CredentialsError(f"{action}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        # requests' ConnectionError is an OSError; a garbled body surfaces as ValueError.
+        raise ApiError(0, "UNAVAILABLE", f"{type(exc).__name__}: {exc}", action=action,
+                       service="tpu") from None
+
+
+def _view(node: Any) -> NodeView:
+    endpoints = list(node.network_endpoints)
+    ip = endpoints[0].access_config.external_ip if endpoints else ""
+    created = node.create_time if node.create_time else None
+    if created is not None and not created.year > 1970:
+        created = None
+    return NodeView(
+        name=node.name,
+        state=node.state.name,
+        health=node.health.name,
+        external_ip=ip or None,
+        create_time=created,
+        accelerator_type=node.accelerator_type,
+        spot=bool(node.scheduling_config.spot or node.scheduling_config.preemptible),
+        health_description=node.health_description,
+    )
+
+
+class NodeApi:
+    """The node calls the CLI makes, on one TpuClient (make_client) built on first use."""
+
+    def __init__(self, client_factory: Callable[[], Any] = make_client) -> None:
+        self._factory = client_factory
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._factory()
+        return self._client
+
+    def get(self, d: Deployment) -> NodeView | None:
+        """The stack's node, or None when it does not exist."""
+        from google.api_core import exceptions as gexc
+
+        name = node_path(d)
+        try:
+            with api_errors(f"get node {name}"):
+                node = self.client.get_node(name=name, retry=None, timeout=CALL_TIMEOUT_S)
+        except ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        except gexc.NotFound:  # pragma: no cover - api_errors converts it first
+            return None
+        return _view(node)
+
+    def guest_attributes(self, d: Deployment, namespace: str) -> dict[str, str]:
+        """{key: value} of one guest-attribute namespace; {} while none were written (the API
+        answers NOT_FOUND for an empty namespace, and refuses while the VM is not up)."""
+        name = node_path(d)
+        try:
+            with api_errors(f"get guest attributes of {name}"):
+                resp = self.client.get_guest_attributes(
+                    request={"name": name, "query_path": f"{namespace}/"},
+                    retry=None, timeout=CALL_TIMEOUT_S,
+                )
+        except ApiError as exc:
+            if exc.code in (404, 400) or exc.status in ("NOT_FOUND", "FAILED_PRECONDITION"):
+                return {}
+            raise
+        out: dict[str, str] = {}
+        for attrs in resp.guest_attributes:
+            for item in attrs.query_value.items:
+                if item.namespace in ("", namespace):
+                    out[item.key] = item.value
+        return out
+
+    def delete(self, d: Deployment) -> bool:
+        """Ask for the node's deletion (the caller polls `get` until it is gone, on its own
+        clock); False when it was already gone."""
+        name = node_path(d)
+        try:
+            with api_errors(f"delete node {name}"):
+                self.client.delete_node(name=name, retry=None, timeout=CALL_TIMEOUT_S)
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,185 @@
+"""`wait`: block until a stack's server answers, phase by phase, within one overall timeout.
+
+Phases: queued resource ACTIVE (flex only) -> node READY -> boot (guest attributes, until the
+boot script reports `ready`) -> GET /health answers 200. A dead end fails at once with its
+reason: a FAILED/SUSPENDED queued resource, a PREEMPTED (or otherwise lost) node, a boot
+failure the boot script recorded. Clock and sleep are injectable; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from tpuserve.config import Deployment
+from tpuserve.queued_resource import ALIVE_STATES, MISSING, ref_for
+
+from . import server
+from .boot_phases import NAMESPACE, parse_boot
+from .errors import EXIT_TIMEOUT, OpsError
+from .stack_status import LOST_NODE_STATES, NodeSource, QueuedResourceSource
+
+PHASE_QR = "queued resource"
+PHASE_NODE = "node"
+PHASE_BOOT = "boot"
+PHASE_HEALTH = "health"
+# SPEC 4: a cold boot took 857 s; flex capacity may queue for a while before that.
+DEFAULT_TIMEOUT_S = 3600.0
+DEFAULT_POLL_S = 10.0
+# A missing node right after its QR went ACTIVE is normal for a moment; for this long.
+NODE_APPEAR_GRACE_S = 120.0
+
+
+@dataclass(frozen=True)
+class WaitEvent:
+    phase: str
+    state: str  # what the phase reports now (a QR state, a node state, a boot phase, ...)
+    elapsed_s: float
+    done: bool = False  # the phase just completed
+
+
+@dataclass
+class WaitResult:
+    stack: str
+    endpoint: str
+    external_ip: str
+    elapsed_s: float
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds when it completed
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "stack": self.stack,
+            "ready": True,
+            "endpoint": self.endpoint,
+            "external_ip": self.external_ip,
+            "elapsed_s": round(self.elapsed_s, 1),
+            "phases": {k: round(v, 1) for k, v in self.phases.items()},
+        }
+
+
+class WaitFailed(OpsError):
+    """A dead end; `phase` says where."""
+
+    def __init__(self, phase: str, message: str, hint: str = "", exit_code: int = 1) -> None:
+        self.phase = phase
+        super().__init__(message, hint=hint, exit_code=exit_code)
+
+
+def wait_for_stack(
+    d: Deployment,
+    *,
+    nodes: NodeSource,
+    qrs: QueuedResourceSource,
+    http: httpx.Client,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    poll_s: float = DEFAULT_POLL_S,
+    on_event: Callable[[WaitEvent], None] = lambda _e: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> WaitResult:
+    name = d.name
+    flex = d.stack.provisioning_model == "flex"
+    start = clock()
+    done: dict[str, float] = {}
+    last: dict[str, str] = {}
+    node_missing_since: float | None = None
+
+    def report(phase: str, state: str, finished: bool = False) -> None:
+        elapsed = clock() - start
+        if finished and phase not in done:
+            done[phase] = elapsed
+            on_event(WaitEvent(phase, state, elapsed, True))
+        elif last.get(phase) != state and phase not in done:
+            on_event(WaitEvent(phase, state, elapsed))
+        last[phase] = state
+
+    def current_phase() -> str:
+        for phase in (PHASE_QR if flex else "", PHASE_NODE, PHASE_BOOT, PHASE_HEALTH):
+            if phase and phase not in done:
+                return phase
+        return PHASE_HEALTH
+
+    while True:
+        # 1. queued resource (flex)
+        if flex:
+            qr = qrs.get_queued_resource(ref_for(d))
+            state = qr.state if qr else MISSING
+            if qr is None:
+                raise WaitFailed(
+                    PHASE_QR, f"{name}: no queued resource {ref_for(d).name}",
+                    hint=f"deploy it first: npx cdktf deploy {name}",
+                )
+            if state not in ALIVE_STATES:
+                why = f": {qr.failure}" if qr.failure else ""
+                raise WaitFailed(
+                    PHASE_QR, f"{name}: queued resource is {state}{why}",
+                    hint=f"`tpuserve recover {name}` replaces it (or npx cdktf deploy {name})",
+                )
+            report(PHASE_QR, state, finished=state == "ACTIVE")
+        # 2. node
+        node = None
+        if not flex or PHASE_QR in done:
+            node = nodes.get(d)
+            if node is None:
+                node_missing_since = node_missing_since if node_missing_since else clock()
+                if not flex or clock() - node_missing_since > NODE_APPEAR_GRACE_S:
+                    raise WaitFailed(
+                        PHASE_NODE, f"{name}: node {d.node_name} does not exist in "
+                        f"{d.gcp.project}/{d.gcp.zone}",
+                        hint=f"deploy it: npx cdktf deploy {name}",
+                    )
+                report(PHASE_NODE, "not created yet")
+            else:
+                node_missing_since = None
+                if node.state in LOST_NODE_STATES:
+                    raise WaitFailed(
+                        PHASE_NODE, f"{name}: node {d.node_name} is {node.state}",
+                        hint=(f"`tpuserve recover {name}` deletes it and redeploys"
+                              if node.state == "PREEMPTED"
+                              else f"redeploy: npx cdktf deploy {name}"),
+                    )
+                report(PHASE_NODE, node.state, finished=node.state == "READY")
+        # 3. boot phases, 4. health
+        if node is not None and node.state == "READY":
+            boot = parse_boot(nodes.guest_attributes(d, NAMESPACE))
+            if boot.state == "failed":
+                raise WaitFailed(
+                    PHASE_BOOT, f"{name}: boot failed: {boot.reason or 'no reason recorded'}",
+                    hint=f"`tpuserve status {name}` shows every phase (the full log is on the "
+                    f"node's serial console); fix the cause, then npx cdktf deploy {name}",
+                )
+            step = boot.last.label if boot.last else "no boot phase recorded yet"
+            if boot.state == "waiting":
+                step = f"waiting {boot.reason}"
+            elif boot.state == "ready":
+                step = "ready"
+            report(PHASE_BOOT, step, finished=boot.state == "ready")
+            if node.external_ip:
+                target = server.ServerTarget(f"http://{node.external_ip}:{d.vllm.port}")
+                ok, detail = server.health(http, target)
+                if ok:
+                    # A boot script without guest attributes: /health is the only signal.
+                    report(PHASE_BOOT, "ready", finished=True)
+                    report(PHASE_HEALTH, "ok", finished=True)
+                    return WaitResult(name, target.base_url, node.external_ip,
+                                      clock() - start, done)
+                report(PHASE_HEALTH, detail)
+            else:
+                raise WaitFailed(
+                    PHASE_NODE, f"{name}: node {d.node_name} is READY without an external IP",
+                    hint="the node must be created with enableExternalIps (see the stack)",
+                )
+        elapsed = clock() - start
+        if elapsed >= timeout_s:
+            phase = current_phase()
+            raise WaitFailed(
+                phase,
+                f"{name}: timed out after {elapsed:.0f} s waiting for {phase} "
+                f"(last: {last.get(phase, 'nothing yet')})",
+                hint=f"wait longer (--timeout) or look at `tpuserve status {name}`",
+                exit_code=EXIT_TIMEOUT,
+            )
+        sleep(min(poll_s, max(0.0, timeout_s - elapsed)))
