@@ -9,6 +9,7 @@ through here: versions are added out of band (README), so none lands in state or
 from __future__ import annotations
 
 from tpuserve.config import IAP_RANGE, Deployment
+from tpuserve.google_api import CLOUD_PLATFORM_SCOPE
 
 from .cdk import (
     Construct,
@@ -30,9 +31,9 @@ from .cdk import (
 )
 
 # Secret Manager accepts only the cloud-platform scope, so IAM (not scopes) is the fence.
-VM_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
-# Permissions of the billing guard's custom role: read and delete a TPU node, nothing else.
-GUARD_PERMISSIONS = ["tpu.nodes.get", "tpu.nodes.delete", "tpu.operations.get"]
+VM_SCOPES = [CLOUD_PLATFORM_SCOPE]
+# Permissions of the billing guard's custom role: read its node's createTime and delete it.
+GUARD_PERMISSIONS = ["tpu.nodes.get", "tpu.nodes.delete"]
 
 
 class Foundation(Construct):
@@ -135,6 +136,8 @@ class Foundation(Construct):
             role_id=f"tpuserve_{d.name}_billing_guard",
             title=f"tpuserve {d.name} billing guard",
             description="Lets the TPU VM delete itself when max_run_hours expires",
+            # TPU nodes have no per-resource IAM, so this role reaches every node of the
+            # project: only the stack's own VM holds it, and its script deletes only itself.
             permissions=GUARD_PERMISSIONS,
         )
         role.override_logical_id("billing_guard_role")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tpuserve.config import Deployment
+from tpuserve.startup import node_metadata
 
 from .base import ServingStack, tf_literal
 from .cdk import (
@@ -37,7 +38,7 @@ class TpuVmStack(ServingStack):
             tags=[d.network_tag],
             labels=d.labels,
             # Escaped: Terraform would otherwise interpolate the script's ${VAR:-default}.
-            metadata={"startup-script": tf_literal(self.startup_script)},
+            metadata=node_metadata(self.startup_script, escape=tf_literal),
             # The VM must not boot before it may read its secrets and write its cache.
             depends_on=self.foundation.grants,
         )

@@ -120,7 +120,7 @@ def test_build_body_is_the_documented_flex_start_shape() -> None:
                 "acceleratorType": "v5litepod-1",
                 "runtimeVersion": "v2-alpha-tpuv5-lite",
                 "networkConfig": {"network": "default", "enableExternalIps": True},
-                "metadata": {"startup-script": SCRIPT},
+                "metadata": {"startup-script": SCRIPT, "enable-guest-attributes": "TRUE"},
                 "serviceAccount": {
                     "email": "tpuserve-flex-vm@tpuserve-placeholder.iam.gserviceaccount.com",
                     "scope": ["https://www.googleapis.com/auth/cloud-platform"],

@@ -45,6 +45,7 @@ def test_tpu_vm(synthesized, deployments, stack: str) -> None:
                             "provisioning-model": stack, "managed-by": "tpuserve"}
     assert vm["service_account"]["email"] == "${google_service_account.service_account.email}"
     assert vm["service_account"]["scope"] == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert vm["metadata"]["enable-guest-attributes"] == "TRUE"  # boot phases readable via API
     # The VM boots only once it may read its secret (and write its cache).
     assert "google_secret_manager_secret_iam_member.hf_token_secret_accessor" in vm["depends_on"]
 
@@ -128,8 +129,7 @@ def test_cache_bucket_is_private_and_expires(synthesized, stack) -> None:
 @pytest.mark.parametrize("stack", VM_STACKS)
 def test_billing_guard_role_is_narrow(synthesized, stack) -> None:
     role = resources(synthesized[stack], "google_project_iam_custom_role")["billing_guard_role"]
-    assert sorted(role["permissions"]) == ["tpu.nodes.delete", "tpu.nodes.get",
-                                           "tpu.operations.get"]
+    assert sorted(role["permissions"]) == ["tpu.nodes.delete", "tpu.nodes.get"]
 
 
 def test_flex_has_no_billing_guard_role(synthesized) -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from .google_api import CLOUD_PLATFORM_SCOPE, TPU_API, ApiError, GoogleApi
+from .startup import node_metadata
 
 if TYPE_CHECKING:  # the provisioner path must not pay for pydantic
     from .config import Deployment
@@ -173,7 +174,7 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
                         "runtimeVersion": d.tpu.runtime_version,
                         # Raw REST without enableExternalIps means no external IP (issue 3).
                         "networkConfig": {"network": d.gcp.network, "enableExternalIps": True},
-                        "metadata": {"startup-script": startup_script},
+                        "metadata": node_metadata(startup_script),
                         "serviceAccount": {
                             "email": d.service_account_email,
                             "scope": [CLOUD_PLATFORM_SCOPE],

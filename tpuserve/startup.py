@@ -1,8 +1,13 @@
-"""Renders templates/startup.sh.j2 from a Deployment. Pure: config in, text out."""
+"""Renders the boot script (templates/startup.sh.j2) from a Deployment. Pure: config in, text out.
+
+The script's own header documents what it reads (endpoint overrides, TPUSERVE_ROOT), the
+paths it writes and the guest attributes it records (namespace `GUEST_ATTRIBUTE_NAMESPACE`).
+"""
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 import jinja2
@@ -21,6 +26,14 @@ from .vllm_args import (
 TEMPLATE_DIR = REPO_ROOT / "templates"
 # vLLM's own port when the API-key proxy owns the public one (loopback only).
 VLLM_BACKEND_PORT = 8001
+PROXY_CONTAINER_NAME = "tpuserve-proxy"
+# Where the boot script records its phases; the ops CLI reads them back through the TPU API
+# (nodes.getGuestAttributes, queryPath "tpuserve/"). Keys and value format: the script header.
+GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
+GUEST_ATTRIBUTE_KEYS = (
+    "boot", "state", "guard", "secret", "cache", "image", "container", "memory", "kv_cache",
+    "startup_complete", "health", "cache_publish",
+)
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
@@ -28,22 +41,38 @@ _env = jinja2.Environment(
     keep_trailing_newline=True,
     trim_blocks=True,
     lstrip_blocks=True,
-    autoescape=False,  # noqa: S701 - renders bash, not HTML; values are shell-quoted below
+    autoescape=False,  # renders bash, not HTML; values are shell-quoted by `q`
 )
-_env.filters["q"] = lambda v: shlex.quote(str(v))
 
 
-def vllm_command(d: Deployment) -> list[str]:
+def sh_quote(value: object) -> str:
+    """Always single-quoted (shellcheck reads a bare us-west4-a as arithmetic)."""
+    return "'" + str(value).replace("'", "'\"'\"'") + "'"
+
+
+_env.filters["q"] = sh_quote
+
+
+def vllm_command(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> list[str]:
     """The full `vllm serve` argv run in the container, listener included."""
     if d.access.api_key_proxy:
-        return serve_argv(d.vllm) + listen_argv("127.0.0.1", VLLM_BACKEND_PORT)
+        return serve_argv(d.vllm) + listen_argv("127.0.0.1", backend_port)
     return serve_argv(d.vllm) + listen_argv("0.0.0.0", d.vllm.port)
 
 
-def startup_context(d: Deployment) -> dict[str, Any]:
-    argv = vllm_command(d)
-    return {
-        "d": d,
+def max_run_seconds(d: Deployment) -> int:
+    """The billing guard's limit: spot and on-demand only (flex has its own max run duration)."""
+    if d.stack.provisioning_model == "flex":
+        return 0
+    return int(d.stack.max_run_hours * 3600)
+
+
+def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> dict[str, Any]:
+    """Every value the templates use. `backend_port` is only changed by tests (a free port)."""
+    argv = vllm_command(d, backend_port=backend_port)
+    ctx: dict[str, Any] = {
+        "stack": d.name,
+        "provisioning_model": d.stack.provisioning_model,
         "node_name": d.node_name,
         "project": d.gcp.project,
         "zone": d.gcp.zone,
@@ -57,17 +86,29 @@ def startup_context(d: Deployment) -> dict[str, Any]:
         "shm_size": d.vllm.shm_size,
         "vllm_argv": shlex.join(argv),
         "public_port": d.vllm.port,
-        "backend_port": VLLM_BACKEND_PORT if d.access.api_key_proxy else d.vllm.port,
-        "proxy": d.access.api_key_proxy,
+        "backend_port": backend_port if d.access.api_key_proxy else d.vllm.port,
         "proxy_image": d.access.proxy_image,
-        "cache_enabled": d.cache.enabled,
-        "cache_bucket": d.cache_bucket,
+        "proxy_container": PROXY_CONTAINER_NAME,
+        "cache_bucket": d.cache_bucket if d.cache.enabled else "",
         "cache_key": compile_cache_key(d, argv),
-        "max_run_seconds": (
-            int(d.stack.max_run_hours * 3600) if d.stack.provisioning_model != "flex" else 0
-        ),
+        "max_run_seconds": max_run_seconds(d),
     }
+    ctx["nginx_conf"] = render_nginx_conf(ctx) if d.access.api_key_proxy else ""
+    return ctx
 
 
-def render_startup(d: Deployment) -> str:
-    return _env.get_template("startup.sh.j2").render(**startup_context(d))
+def render_nginx_conf(ctx: dict[str, Any]) -> str:
+    text = _env.get_template("nginx.conf.j2").render(**ctx)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def render_startup(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> str:
+    return _env.get_template("startup.sh.j2").render(**startup_context(d, backend_port=backend_port))
+
+
+def node_metadata(
+    startup_script: str, *, escape: Callable[[str], str] = lambda s: s
+) -> dict[str, str]:
+    """The node's metadata: the boot script, and guest attributes switched on (off by
+    default on Compute Engine) so the boot phases can be read through the TPU API."""
+    return {"startup-script": escape(startup_script), "enable-guest-attributes": "TRUE"}

@@ -1,0 +1,166 @@
+"""A fake GCE metadata server on 127.0.0.1: access token, instance attributes, guest attributes.
+
+Accepts what the real server documents and nothing else: every request needs
+`Metadata-Flavor: Google` (403 otherwise, as the real one answers), requests carrying
+`X-Forwarded-For` are refused, guest attributes are written with PUT to
+`/computeMetadata/v1/instance/guest-attributes/NAMESPACE/KEY` with the value as the body.
+Point code at it with `GCE_METADATA_HOST=<fake.host>`, the variable google-auth reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from werkzeug import Request, Response
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+ATTRIBUTES_PREFIX = "/computeMetadata/v1/instance/attributes/"
+GUEST_PREFIX = "/computeMetadata/v1/instance/guest-attributes/"
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, *args: Any, **kwargs: Any) -> None:  # tests read the fakes' records
+        pass
+
+
+class LoopbackServer:
+    """A threaded werkzeug server on 127.0.0.1 (a free port) around one request handler.
+
+    Shared by the boot fakes (metadata, Secret Manager, Cloud Storage). A 10 ms serve poll
+    keeps stop() fast.
+    """
+
+    def __init__(self, handler: Callable[[Request], Response]) -> None:
+        self._handler = handler
+        self._server: Any = None
+
+    def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
+        return self._handler(Request(environ))(environ, start_response)
+
+    def start(self) -> None:
+        self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True,
+                                   request_handler=_QuietHandler)
+        threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_port
+
+
+@dataclass(frozen=True)
+class GuestWrite:
+    """One PUT of a guest attribute; `at` is time.time() (comparable across processes)."""
+
+    at: float
+    namespace: str
+    key: str
+    value: str
+
+
+class FakeMetadata:
+    """The instance's metadata server. `guest_attributes[(namespace, key)]` holds the values."""
+
+    def __init__(self, *, access_token: str, attributes: dict[str, str] | None = None) -> None:
+        self.access_token = access_token
+        self.attributes = dict(attributes or {})
+        self.guest_attributes: dict[tuple[str, str], str] = {}
+        self.writes: list[GuestWrite] = []
+        self.token_requests = 0
+        self.token_failures = 0  # answer the next N token requests with 503
+        # GCE's default: guest attributes are off unless the instance metadata has
+        # enable-guest-attributes=TRUE; the fake starts with them on.
+        self.guest_attributes_enabled = True
+        self._lock = threading.Lock()
+        self.server = LoopbackServer(self._handle)
+
+    @property
+    def host(self) -> str:
+        """host:port, the value of GCE_METADATA_HOST."""
+        return f"127.0.0.1:{self.server.port}"
+
+    def start(self) -> FakeMetadata:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def namespace(self, namespace: str) -> dict[str, str]:
+        """Current guest attributes of one namespace, key -> value."""
+        with self._lock:
+            return {k: v for (ns, k), v in self.guest_attributes.items() if ns == namespace}
+
+    def writes_in(self, namespace: str) -> list[GuestWrite]:
+        with self._lock:
+            return [w for w in self.writes if w.namespace == namespace]
+
+    def _handle(self, request: Request) -> Response:
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return Response("Missing Metadata-Flavor:Google header.\n", 403, mimetype="text/html")
+        if "X-Forwarded-For" in request.headers:
+            return Response("Request is not allowed with X-Forwarded-For.\n", 403)
+        path = request.path
+        if path == TOKEN_PATH and request.method == "GET":
+            return self._token()
+        if path.startswith(ATTRIBUTES_PREFIX) and request.method == "GET":
+            value = self.attributes.get(path.removeprefix(ATTRIBUTES_PREFIX))
+            if value is None:
+                return _not_found()
+            return Response(value, 200, mimetype="application/text")
+        if path.startswith(GUEST_PREFIX):
+            return self._guest(request, path.removeprefix(GUEST_PREFIX))
+        return _not_found()
+
+    def _token(self) -> Response:
+        with self._lock:
+            self.token_requests += 1
+            if self.token_failures > 0:
+                self.token_failures -= 1
+                return Response("Service Unavailable\n", 503)
+        body = json.dumps(
+            {"access_token": self.access_token, "expires_in": 3599, "token_type": "Bearer"},
+            separators=(",", ":"),
+        )
+        return Response(body, 200, mimetype="application/json")
+
+    def _guest(self, request: Request, rest: str) -> Response:
+        parts = rest.split("/")
+        if len(parts) != 2 or not all(_NAME.fullmatch(p) for p in parts):
+            return Response(
+                "guest attributes are NAMESPACE/KEY (letters, digits, _ and -)\n", 400
+            )
+        namespace, key = parts
+        if not self.guest_attributes_enabled:
+            return Response("Guest attributes endpoint access is disabled.\n", 403)
+        with self._lock:
+            if request.method == "PUT":
+                value = request.get_data(as_text=True)
+                self.guest_attributes[(namespace, key)] = value
+                self.writes.append(GuestWrite(time.time(), namespace, key, value))
+                return Response("", 200)
+            if request.method == "GET":
+                if (namespace, key) not in self.guest_attributes:
+                    return _not_found()
+                return Response(self.guest_attributes[(namespace, key)], 200)
+            if request.method == "DELETE":
+                self.guest_attributes.pop((namespace, key), None)
+                return Response("", 200)
+        return Response("Method Not Allowed\n", 405)
+
+
+def _not_found() -> Response:
+    return Response("Not Found\n", 404, mimetype="text/html")

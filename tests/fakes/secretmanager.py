@@ -1,0 +1,144 @@
+"""A fake Secret Manager (v1 REST) on 127.0.0.1: `versions/{version}:access` only.
+
+  GET /v1/projects/PROJECT/secrets/SECRET/versions/VERSION:access   (VERSION: a number or latest)
+answers {"name", "payload": {"data": base64, "dataCrc32c": "<int64 as string>"}} with
+`Authorization: Bearer <token>`, and the real API's errors otherwise: 401 UNAUTHENTICATED,
+403 PERMISSION_DENIED (another project), 404 NOT_FOUND "... not found or has no versions.",
+400 FAILED_PRECONDITION for a disabled or destroyed latest version. Point code at it with
+`CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER=<fake.endpoint>`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+from werkzeug import Request, Response
+
+from .metadata import LoopbackServer
+from .storage import crc32c
+
+PROJECT_NUMBER = "123456789012"
+_ACCESS = re.compile(r"/v1/projects/([^/]+)/secrets/([^/]+)/versions/([^/:]+):access")
+
+
+@dataclass
+class SecretVersion:
+    data: bytes
+    state: str = "ENABLED"  # ENABLED, DISABLED or DESTROYED
+
+
+@dataclass(frozen=True)
+class AccessCall:
+    at: float
+    secret: str
+    status: int
+
+
+class FakeSecretManager:
+    """Secrets of one project. `secrets[id]` lists versions, version N at index N-1."""
+
+    def __init__(self, *, project: str, access_token: str) -> None:
+        self.project = project
+        self.access_token = access_token
+        self.secrets: dict[str, list[SecretVersion]] = {}
+        self.calls: list[AccessCall] = []
+        self.outage = False
+        self._lock = threading.Lock()
+        self.server = LoopbackServer(self._handle)
+
+    @property
+    def endpoint(self) -> str:
+        """The value of CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER."""
+        return f"http://127.0.0.1:{self.server.port}/"
+
+    def start(self) -> FakeSecretManager:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def create_secret(self, secret: str) -> None:
+        with self._lock:
+            self.secrets.setdefault(secret, [])
+
+    def add_version(self, secret: str, data: bytes) -> int:
+        with self._lock:
+            versions = self.secrets.setdefault(secret, [])
+            versions.append(SecretVersion(data))
+            return len(versions)
+
+    def set_state(self, secret: str, version: int, state: str) -> None:
+        with self._lock:
+            self.secrets[secret][version - 1].state = state
+
+    def calls_for(self, secret: str) -> list[AccessCall]:
+        with self._lock:
+            return [c for c in self.calls if c.secret == secret]
+
+    def _handle(self, request: Request) -> Response:
+        m = _ACCESS.fullmatch(request.path)
+        response = self._access(request, m) if m else _error(404, "NOT_FOUND", "Not Found")
+        with self._lock:
+            self.calls.append(AccessCall(time.time(), m[2] if m else "", response.status_code))
+        return response
+
+    def _access(self, request: Request, m: re.Match[str]) -> Response:
+        project, secret, version = m[1], m[2], m[3]
+        if request.method != "GET":
+            return _error(404, "NOT_FOUND", "Method not found.")
+        if request.headers.get("Authorization") != f"Bearer {self.access_token}":
+            return _error(
+                401, "UNAUTHENTICATED", "Request had invalid authentication credentials. "
+                "Expected OAuth 2 access token, login cookie or other valid authentication "
+                "credential.",
+            )
+        if self.outage:
+            return _error(503, "UNAVAILABLE", "The service is currently unavailable.")
+        resource = f"projects/{project}/secrets/{secret}/versions/{version}"
+        if project not in (self.project, PROJECT_NUMBER):
+            return _error(
+                403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' denied "
+                f"for resource '{resource}' (or it may not exist).",
+            )
+        with self._lock:
+            versions = list(self.secrets.get(secret, []))
+        if not versions:
+            return _error(
+                404, "NOT_FOUND",
+                f"Secret [projects/{PROJECT_NUMBER}/secrets/{secret}] not found or has no "
+                "versions.",
+            )
+        if version == "latest":
+            number = len(versions)
+        elif version.isdigit() and 1 <= int(version) <= len(versions):
+            number = int(version)
+        else:
+            return _error(
+                404, "NOT_FOUND",
+                f"Secret Version [projects/{PROJECT_NUMBER}/secrets/{secret}/versions/"
+                f"{version}] not found.",
+            )
+        name = f"projects/{PROJECT_NUMBER}/secrets/{secret}/versions/{number}"
+        found = versions[number - 1]
+        if found.state != "ENABLED":
+            return _error(400, "FAILED_PRECONDITION", f"Secret Version [{name}] is in "
+                          f"{found.state} state.")
+        body = {
+            "name": name,
+            "payload": {
+                "data": base64.b64encode(found.data).decode(),
+                "dataCrc32c": str(crc32c(found.data)),
+            },
+        }
+        return Response(json.dumps(body), 200, mimetype="application/json")
+
+
+def _error(code: int, status: str, message: str) -> Response:
+    body = {"error": {"code": code, "message": message, "status": status}}
+    return Response(json.dumps(body), code, mimetype="application/json")

@@ -1,0 +1,225 @@
+"""A fake Cloud Storage JSON API on 127.0.0.1: media download and media upload of one bucket.
+
+Request shapes as documented:
+  GET  /storage/v1/b/BUCKET/o/OBJECT?alt=media            (OBJECT percent-encoded: / is %2F)
+  GET  /storage/v1/b/BUCKET/o/OBJECT                       (the object resource, JSON)
+  POST /upload/storage/v1/b/BUCKET/o?uploadType=media&name=OBJECT   (body: the content)
+Every call needs `Authorization: Bearer <token>`. Errors use the JSON API's error shape
+({"error": {"code", "message", "errors": [{"domain", "reason", "message"}]}}). Downloads carry
+`x-goog-hash: crc32c=...,md5=...`. Point code at it with
+`CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE=<fake.endpoint>`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from werkzeug import Request, Response
+
+from .metadata import LoopbackServer
+
+_OBJECT_PATH = re.compile(r"/storage/v1/b/([^/]+)/o/([^/]+)")
+_UPLOAD_PATH = re.compile(r"/upload/storage/v1/b/([^/]+)/o")
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the checksum Google APIs report."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+@dataclass
+class StoredObject:
+    data: bytes
+    generation: int
+    content_type: str
+    created: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class StorageCall:
+    """One request; `at` is time.time() (comparable across processes)."""
+
+    at: float
+    method: str
+    kind: str  # "download", "metadata", "upload" or "other"
+    name: str
+    status: int
+
+
+class FakeStorage:
+    """One bucket. `objects[name]` is what is stored; failure knobs: `outage`, `download_delay`."""
+
+    def __init__(self, *, bucket: str, access_token: str) -> None:
+        self.bucket = bucket
+        self.access_token = access_token
+        self.objects: dict[str, StoredObject] = {}
+        self.calls: list[StorageCall] = []
+        self.outage = False  # answer 503 backendError to everything
+        self.download_delay = 0.0  # seconds before answering a GET (a storage timeout)
+        self._generation = 1_700_000_000_000_000
+        self._lock = threading.Lock()
+        self.server = LoopbackServer(self._handle)
+
+    @property
+    def endpoint(self) -> str:
+        """The value of CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE, as gcloud takes it."""
+        return f"http://127.0.0.1:{self.server.port}/storage/v1/"
+
+    def start(self) -> FakeStorage:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def put(self, name: str, data: bytes, content_type: str = "application/gzip") -> None:
+        with self._lock:
+            self._generation += 1
+            self.objects[name] = StoredObject(data, self._generation, content_type)
+
+    def calls_of(self, kind: str) -> list[StorageCall]:
+        with self._lock:
+            return [c for c in self.calls if c.kind == kind]
+
+    # -- request handling
+    def _handle(self, request: Request) -> Response:
+        if self.download_delay and request.method == "GET":
+            time.sleep(self.download_delay)
+        kind, name, response = self._route(request)
+        with self._lock:
+            self.calls.append(
+                StorageCall(time.time(), request.method, kind, name, response.status_code)
+            )
+        return response
+
+    def _route(self, request: Request) -> tuple[str, str, Response]:
+        raw_path = request.environ.get("RAW_URI", request.full_path).split("?", 1)[0]
+        if request.headers.get("Authorization") != f"Bearer {self.access_token}":
+            return "other", "", _error(
+                401, "required", "Anonymous caller does not have storage.objects.get access "
+                "to the Google Cloud Storage object. Permission 'storage.objects.get' denied on "
+                "resource (or it may not exist).",
+            )
+        if self.outage:
+            return "other", "", _error(503, "backendError", "Backend Error")
+        if m := _UPLOAD_PATH.fullmatch(raw_path):
+            if request.method != "POST":
+                return "other", "", _error(405, "methodNotAllowed", "Method Not Allowed")
+            return "upload", request.args.get("name", ""), self._upload(unquote(m[1]), request)
+        if m := _OBJECT_PATH.fullmatch(raw_path):
+            # The object name is ONE path segment: a raw "/" in it would not match above.
+            name = unquote(m[2])
+            if request.method != "GET":
+                return "other", name, _error(405, "methodNotAllowed", "Method Not Allowed")
+            alt = request.args.get("alt", "json")
+            kind = "download" if alt == "media" else "metadata"
+            return kind, name, self._get(unquote(m[1]), name, alt)
+        return "other", "", _error(404, "notFound", "Not Found")
+
+    def _bucket_error(self, bucket: str) -> Response | None:
+        if bucket != self.bucket:
+            return _error(404, "notFound", "The specified bucket does not exist.")
+        return None
+
+    def _get(self, bucket: str, name: str, alt: str) -> Response:
+        if err := self._bucket_error(bucket):
+            return err
+        if alt not in ("json", "media"):
+            return _error(400, "invalidParameter", f"Invalid value for alt: {alt}")
+        with self._lock:
+            obj = self.objects.get(name)
+        if obj is None:
+            return _error(404, "notFound", f"No such object: {bucket}/{name}")
+        if alt == "json":
+            return Response(
+                json.dumps(self._resource(name, obj)), 200, mimetype="application/json"
+            )
+        headers = {
+            "x-goog-hash": f"crc32c={_b64_crc(obj.data)},md5={_b64_md5(obj.data)}",
+            "x-goog-generation": str(obj.generation),
+            "x-goog-stored-content-length": str(len(obj.data)),
+        }
+        return Response(obj.data, 200, headers=headers, content_type=obj.content_type)
+
+    def _upload(self, bucket: str, request: Request) -> Response:
+        if err := self._bucket_error(bucket):
+            return err
+        upload_type = request.args.get("uploadType")
+        if upload_type is None:
+            return _error(
+                400, "invalid", "Upload requests must include an uploadType URL parameter and "
+                "a URL path beginning with /upload/",
+            )
+        if upload_type != "media":
+            return _error(400, "invalidParameter", f"Invalid upload type: {upload_type}")
+        name = request.args.get("name")
+        if not name:
+            return _error(400, "required", "Required")
+        content_type = request.headers.get("Content-Type")
+        if not content_type:
+            return _error(400, "required", "Content-Type is required for a media upload")
+        self.put(name, request.get_data(), content_type)
+        with self._lock:
+            obj = self.objects[name]
+        return Response(json.dumps(self._resource(name, obj)), 200, mimetype="application/json")
+
+    def _resource(self, name: str, obj: StoredObject) -> dict[str, object]:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(obj.created))
+        return {
+            "kind": "storage#object",
+            "id": f"{self.bucket}/{name}/{obj.generation}",
+            "name": name,
+            "bucket": self.bucket,
+            "generation": str(obj.generation),
+            "metageneration": "1",
+            "contentType": obj.content_type,
+            "storageClass": "STANDARD",
+            "size": str(len(obj.data)),
+            "md5Hash": _b64_md5(obj.data),
+            "crc32c": _b64_crc(obj.data),
+            "etag": base64.b64encode(str(obj.generation).encode()).decode(),
+            "timeCreated": stamp,
+            "updated": stamp,
+        }
+
+
+def _b64_md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data).digest()).decode()  # GCS's own hash
+
+
+def _b64_crc(data: bytes) -> str:
+    return base64.b64encode(crc32c(data).to_bytes(4, "big")).decode()
+
+
+def _error(code: int, reason: str, message: str) -> Response:
+    body = {
+        "error": {
+            "code": code,
+            "message": message,
+            "errors": [{"message": message, "domain": "global", "reason": reason}],
+        }
+    }
+    return Response(json.dumps(body), code, mimetype="application/json")

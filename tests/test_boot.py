@@ -1,0 +1,679 @@
+"""The rendered boot script, run for real (bash) end to end against fakes on 127.0.0.1.
+
+A `Cloud` holds the fakes of one project (metadata server, Secret Manager, Cloud Storage, the
+TPU API); a `Node` is one TPU VM's disk: a temp dir as TPUSERVE_ROOT, a fake `docker` and spies
+on `curl` and `python3` first on PATH (each call's argv and environment are recorded), and the
+script rendered from the default config. TPUSERVE_TIME_SCALE=0.001 turns every wait, backoff
+and poll into milliseconds; TPUSERVE_CLOCK_FILE is the billing guard's "now".
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.metadata import FakeMetadata, GuestWrite
+from tests.fakes.secretmanager import FakeSecretManager
+from tests.fakes.storage import FakeStorage
+from tests.fakes.tpu_api import FakeTpuApi
+from tpuserve.config import Deployment, load_deployments
+from tpuserve.startup import render_startup
+from tpuserve.vllm_args import compile_cache_key
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_DOCKER = REPO / "tests" / "fakes" / "docker"
+NAMESPACE = "tpuserve"
+CREATE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z, the node's createTime in the fake TPU API
+# Phases a full boot records, in order (the billing guard writes from its own process).
+BOOT_STORY = [
+    "boot", "state", "secret", "cache", "image", "container", "memory", "kv_cache",
+    "startup_complete", "health", "state", "cache_publish",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Cloud:
+    """The fakes of one project, and the secrets they hold."""
+
+    deployment: Deployment
+    access_token: str
+    hf_token: str
+    api_key: str
+    metadata: FakeMetadata
+    secrets: FakeSecretManager
+    storage: FakeStorage
+    tpu: FakeTpuApi
+    public_port: int
+    backend_port: int
+    base: Path
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def secret_values(self) -> dict[str, str]:
+        return {"access token": self.access_token, "HF token": self.hf_token,
+                "API key": self.api_key}
+
+    def node(self, deployment: Deployment | None = None, **fake_env: str) -> Node:
+        """A new TPU VM: an empty disk, fresh guest attributes."""
+        self.metadata.guest_attributes.clear()
+        self.metadata.writes.clear()
+        d = (deployment or self.deployment)
+        d = d.model_copy(update={"vllm": d.vllm.model_copy(update={"port": self.public_port})})
+        node = Node(self, d, self.base / f"node{len(self.nodes)}", fake_env)
+        self.nodes.append(node)
+        return node
+
+    def cache_object(self, node: Node) -> str:
+        return f"xla-cache/{node.cache_key}.tar.gz"
+
+
+class Node:
+    def __init__(self, cloud: Cloud, d: Deployment, base: Path, fake_env: dict[str, str]) -> None:
+        self.cloud = cloud
+        self.deployment = d
+        self.root = base / "root"
+        self.bin = base / "bin"
+        self.docker_state = base / "docker"
+        self.spy_log = base / "spy.log"
+        self.clock = base / "clock"
+        self.script = base / "startup.sh"
+        self.outputs: list[str] = []
+        for p in (self.root, self.bin, self.docker_state):
+            p.mkdir(parents=True)
+        self.script.write_text(render_startup(d, backend_port=cloud.backend_port))
+        self.set_clock(CREATE_TIME + 100)
+        self._install_tools()
+        self.env = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "HOME": str(self.root / "root"),
+            "LANG": "C.UTF-8",
+            "TPUSERVE_ROOT": str(self.root),
+            "TPUSERVE_TIME_SCALE": "0.001",
+            "TPUSERVE_CLOCK_FILE": str(self.clock),
+            "GCE_METADATA_HOST": cloud.metadata.host,
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": cloud.secrets.endpoint,
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": cloud.storage.endpoint,
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": cloud.tpu.url,
+            "FAKE_DOCKER_STATE": str(self.docker_state),
+            "SPY_LOG": str(self.spy_log),
+            "FAKE_VLLM_STEP": "0.01",
+            "FAKE_VLLM_COMPILE": "0.05",
+            **fake_env,
+        }
+
+    @property
+    def cache_key(self) -> str:
+        from tpuserve.startup import vllm_command
+
+        argv = vllm_command(self.deployment, backend_port=self.cloud.backend_port)
+        return compile_cache_key(self.deployment, argv)
+
+    def _install_tools(self) -> None:
+        # -S -I: no site-packages. The fake docker and the script's python3 snippets need only
+        # the standard library (a TPU VM's stock python3), and start ~30% faster.
+        docker = self.bin / "docker"
+        docker.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I {FAKE_DOCKER} "$@"\n')
+        for tool, real in (("curl", "/usr/bin/curl"), ("python3", f"{sys.executable} -S -I")):
+            spy = self.bin / tool
+            # Builtins only (declare -px lists the exported environment): no extra processes.
+            spy.write_text(
+                "#!/bin/bash\n"
+                f"{{ printf 'CALL {tool}'; printf ' %q' \"$@\"; printf '\\n'; declare -px; }}"
+                ' >>"$SPY_LOG"\n'
+                f'exec {real} "$@"\n'
+            )
+        for f in self.bin.iterdir():
+            f.chmod(0o755)
+
+    def set_clock(self, epoch: int) -> None:
+        self.clock.write_text(f"{epoch}\n")
+
+    # -- running
+    def run(self, *, expect_rc: int = 0, timeout: float = 60) -> str:
+        proc = subprocess.run(
+            ["bash", str(self.script)], env=self.env, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
+        self.outputs.append(proc.stdout + proc.stderr)
+        assert proc.returncode == expect_rc, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+
+    def start(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            ["bash", str(self.script)], env=self.env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )
+
+    def stop(self) -> None:
+        """Power off: kill the containers' processes and the billing guard (state stays)."""
+        for path in (self.docker_state / "containers").glob("*.json"):
+            pid = json.loads(path.read_text()).get("pid", 0)
+            if pid:
+                _kill_group(pid)
+        pid_file = self.root / "run/tpuserve/guard.pid"
+        if pid_file.exists():
+            _kill(int(pid_file.read_text().split()[0]))
+
+    # -- observations
+    def docker_calls(self) -> list[dict]:
+        path = self.docker_state / "calls.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def docker_commands(self, verb: str, since: float = 0) -> list[list[str]]:
+        out = []
+        for call in self.docker_calls():
+            argv = call["argv"]
+            if argv[:1] == ["container"]:
+                argv = argv[1:]
+            if argv[:1] == [verb] and call["at"] >= since:
+                out.append(call["argv"])
+        return out
+
+    def run_time(self, name: str) -> float:
+        """When `docker run` of container NAME was called."""
+        for call in self.docker_calls():
+            if call["argv"][:1] == ["run"] and name in call["argv"]:
+                return call["at"]
+        raise AssertionError(f"no docker run of {name}")
+
+    def container(self, name: str) -> dict:
+        return json.loads((self.docker_state / "containers" / f"{name}.json").read_text())
+
+    def attrs(self) -> dict[str, str]:
+        """tpuserve/* guest attributes without their timestamps."""
+        return {k: v.split(" ", 1)[1] if " " in v else "" for k, v in
+                self.cloud.metadata.namespace(NAMESPACE).items()}
+
+    def log(self) -> str:
+        return "\n".join(self.outputs)
+
+    def guard_log(self) -> str:
+        path = self.root / "var/log/tpuserve/guard.log"
+        return path.read_text() if path.exists() else ""
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for(predicate: Callable[[], object], what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def archive(files: dict[str, bytes]) -> bytes:
+    buf = BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, BytesIO(data))
+    return buf.getvalue()
+
+
+@contextmanager
+def open_cloud(base: Path) -> Iterator[Cloud]:
+    """The fakes of one project with its two secrets; every node stopped on exit."""
+    d = load_deployments(environ={})["spot"]
+    token, hf, key = ("ya29.fake-" + os.urandom(12).hex(), "hf_" + os.urandom(16).hex(),
+                      "tpk-" + os.urandom(20).hex())
+    metadata = FakeMetadata(access_token=token).start()
+    secrets = FakeSecretManager(project=d.gcp.project, access_token=token).start()
+    storage = FakeStorage(bucket=d.cache_bucket, access_token=token).start()
+    # The node was created at CREATE_TIME: the billing guard's clock starts there.
+    tpu = FakeTpuApi(token=token, clock=lambda: CREATE_TIME).start()
+    tpu.seed_node(d.gcp.project, d.gcp.zone, d.node_name)
+    secrets.add_version(d.hf_token_secret_id, (hf + "\n").encode())
+    secrets.add_version(d.api_key_secret_id, key.encode())
+    c = Cloud(d, token, hf, key, metadata, secrets, storage, tpu, free_port(), free_port(), base)
+    try:
+        yield c
+    finally:
+        for node in c.nodes:
+            node.stop()
+        for server in (metadata, secrets, storage, tpu):
+            server.stop()
+
+
+@pytest.fixture
+def cloud(tmp_path: Path) -> Iterator[Cloud]:
+    with open_cloud(tmp_path) as c:
+        yield c
+
+
+@dataclass
+class Booted:
+    """One node booted cold, then the script run again; shared by the read-only tests."""
+
+    cloud: Cloud
+    node: Node
+    cold_attrs: dict[str, str]
+    cold_writes: list[GuestWrite]
+    cold_guard_pid: int
+    rerun_at: float
+
+
+@pytest.fixture(scope="module")
+def booted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
+    with open_cloud(tmp_path_factory.mktemp("booted")) as cloud:
+        node = cloud.node()
+        lockfile = node.root / "tmp/libtpu_lockfile"  # a killed server's leftover
+        lockfile.parent.mkdir(parents=True)
+        lockfile.write_text("12345")
+        node.run()
+        cold_attrs = node.attrs()
+        cold_writes = cloud.metadata.writes_in(NAMESPACE)
+        cold_guard = _guard_pid(node)
+        rerun_at = time.time()
+        node.run()
+        yield Booted(cloud, node, cold_attrs, cold_writes, cold_guard, rerun_at)
+
+
+def _story(writes: list[GuestWrite]) -> list[tuple[str, str]]:
+    """(key, value without its timestamp) in write order, the billing guard's excluded."""
+    return [(w.key, w.value.split(" ", 1)[1]) for w in writes if w.key != "guard"]
+
+
+def _deletes(cloud: Cloud) -> list[object]:
+    return cloud.tpu.calls("DELETE", path_contains=f"/nodes/{cloud.deployment.node_name}")
+
+
+def _guard_pid(node: Node) -> int:
+    return int((node.root / "run/tpuserve/guard.pid").read_text().split()[0])
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _get(port: int, path: str, key: str | None = None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+# ------------------------------------------------------------------ cold boot, story, re-run
+def test_a_cold_boot_restores_nothing_and_publishes_once_after_health(booted: Booted) -> None:
+    cloud, node, attrs = booted.cloud, booted.node, booted.cold_attrs
+    assert attrs["state"] == "ready"
+    object_name = cloud.cache_object(node)
+    assert attrs["cache"] == f"miss no object gs://{cloud.deployment.cache_bucket}/{object_name}"
+    assert [(c.name, c.status) for c in cloud.storage.calls_of("download")] == [(object_name, 404)]
+    uploads = cloud.storage.calls_of("upload")  # the re-run did not publish again
+    assert [(u.name, u.status) for u in uploads] == [(object_name, 200)]
+    health = next(w.at for w in booted.cold_writes if w.key == "health")
+    assert uploads[0].at > health
+    assert attrs["cache_publish"].startswith("published object_bytes=")
+    with tarfile.open(fileobj=BytesIO(cloud.storage.objects[object_name].data)) as tar:
+        programs = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert programs == [f"./xla_cache/jit_step_{n}-cache" for n in range(6)]
+
+
+def test_the_guest_attributes_tell_the_whole_story(booted: Booted) -> None:
+    story = _story(booted.cold_writes)
+    assert [k for k, _ in story] == BOOT_STORY
+    values = dict(story)
+    assert [v for k, v in story if k == "state"] == ["booting", "ready"]
+    assert values["secret"] == "fetched"
+    assert values["image"] == "pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine"
+    assert values["container"] == "started"
+    assert values["memory"] == ("total_hbm_limit_gb=15.75GiB | total_hbm_limit_cap_gb=14.49GiB | "
+                                "total_hbm_used_gb=8.97GiB | total_hbm_avail_gb=5.52GiB")
+    assert values["kv_cache"] == values["startup_complete"] == "seen"
+    assert values["health"] == "ok"
+    stamps = [w.value.split(" ", 1)[0] for w in booted.cold_writes]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", s) for s in stamps)
+    assert [s for s, w in zip(stamps, booted.cold_writes, strict=True) if w.key != "guard"] == \
+        sorted(s for s, w in zip(stamps, booted.cold_writes, strict=True) if w.key != "guard")
+    # The documented limit is 10 writes a minute; the script keeps 8 per (scaled) minute.
+    times = [w.at for w in booted.cold_writes]
+    assert all(b - a > 0.03 for a, b in zip(times, times[8:], strict=False))
+
+
+def test_a_rerun_is_idempotent_and_keeps_the_healthy_server(booted: Booted) -> None:
+    node, since = booted.node, booted.rerun_at
+    assert node.docker_commands("run", since) == []
+    assert node.docker_commands("rm", since) == []
+    assert node.docker_commands("pull", since) == []
+    attrs = node.attrs()
+    assert attrs["state"] == "ready"
+    assert attrs["container"] == "reused" and attrs["image"] == "reused"
+    assert attrs["cache"].startswith("local files=6")
+    assert attrs["cache_publish"].startswith("unchanged files=6")
+    # The billing guard is replaced, not doubled, and outlives the script.
+    new_guard = _guard_pid(node)
+    assert new_guard != booted.cold_guard_pid and _running(new_guard)
+    wait_for(lambda: not _running(booted.cold_guard_pid), "the first guard to end")
+
+
+def test_a_stale_libtpu_lockfile_is_removed_and_the_container_gets_a_fresh_tmp(
+    booted: Booted,
+) -> None:
+    node = booted.node
+    assert not (node.root / "tmp/libtpu_lockfile").exists()
+    run = node.docker_commands("run")[0]
+    assert run[run.index("--tmpfs") + 1] == "/tmp"
+    assert run[run.index("--restart") + 1] == "unless-stopped"
+
+
+# ------------------------------------------------------------------ secrets and the proxy
+def test_secrets_never_leave_the_tmpfs_files(booted: Booted) -> None:
+    cloud, node = booted.cloud, booted.node
+    spied = node.spy_log.read_text()
+    assert "CALL curl" in spied and "CALL python3" in spied and node.docker_calls()
+    places = [("script output", node.log()),
+              ("guest attributes", json.dumps([w.value for w in cloud.metadata.writes]))]
+    secrets_dir = node.root / "run/tpuserve/secrets"
+    for path in node.root.parent.rglob("*"):  # disk, spies' argv+env, docker calls, inspect
+        if path.is_file() and secrets_dir not in path.parents:
+            places.append((str(path), path.read_text(errors="replace")))
+    leaks = [f"{name} in {where}" for name, value in cloud.secret_values.items()
+             for where, text in places if value in text]
+    assert leaks == []
+    assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
+    assert sorted(p.name for p in secrets_dir.iterdir()) == ["api-key", "api-key.conf", "hf_token"]
+    for f in secrets_dir.iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    assert (secrets_dir / "hf_token").read_text() == cloud.hf_token  # trailing newline dropped
+    assert f'"Bearer {cloud.api_key}"' in (secrets_dir / "api-key.conf").read_text()
+    vllm = node.container("vllm-gemma4")
+    received = (node.docker_state / "containers/vllm-gemma4.token-sha256").read_text()
+    assert received == hashlib.sha256(cloud.hf_token.encode()).hexdigest()
+    assert [e for e in vllm["env"] if e.startswith("HF_")] == [
+        "HF_HOME=/dev/shm", "HF_TOKEN_PATH=/run/secrets/hf_token"]
+    assert f"{secrets_dir}/hf_token:/run/secrets/hf_token:ro" in vllm["volumes"]
+    proxy = node.container("tpuserve-proxy")
+    assert f"{secrets_dir}/api-key.conf:/etc/nginx/tpuserve/api-key.conf:ro" in proxy["volumes"]
+
+
+def test_the_proxy_requires_the_key_on_every_path_but_health(booted: Booted) -> None:
+    cloud = booted.cloud
+    port = cloud.public_port
+    assert _get(port, "/health") == 200
+    for path in ("/v1/models", "/metrics", "/tokenize", "/version", "/"):
+        assert _get(port, path) == 401, path
+        assert _get(port, path, "wrong-key-0123456789") == 401, path
+    assert _get(port, "/v1/models", cloud.api_key) == 200
+    assert _get(port, "/metrics", cloud.api_key) == 200
+    cmd = booted.node.container("vllm-gemma4")["cmd"]
+    assert cmd[-4:] == ["--host", "127.0.0.1", "--port", str(cloud.backend_port)]
+
+
+def test_without_proxy_and_guard_vllm_listens_publicly_and_nothing_deletes(cloud: Cloud) -> None:
+    d = cloud.deployment
+    d = d.model_copy(update={
+        "access": d.access.model_copy(update={"api_key_proxy": False}),
+        "stack": d.stack.model_copy(update={"max_run_hours": 0}),
+    })
+    node = cloud.node(d)
+    out = node.run()
+    assert node.attrs()["state"] == "ready"
+    assert not (node.docker_state / "containers/tpuserve-proxy.json").exists()
+    assert node.container("vllm-gemma4")["cmd"][-4:] == [
+        "--host", "0.0.0.0", "--port", str(cloud.public_port)]
+    assert cloud.secrets.calls_for(d.api_key_secret_id) == []
+    assert _get(cloud.public_port, "/v1/models") == 200  # the user's own gateway guards it
+    assert "billing guard off" in out
+    assert not (node.root / "run/tpuserve/guard.pid").exists()
+    assert cloud.tpu.calls(path_contains="/nodes/") == []
+
+
+def test_an_api_key_that_is_not_a_token_fails_the_boot_without_showing_it(cloud: Cloud) -> None:
+    cloud.api_key = 'bad "key" with spaces; return 200'
+    cloud.secrets.add_version(cloud.deployment.api_key_secret_id, cloud.api_key.encode())
+    node = cloud.node()
+    out = node.run(expect_rc=1)
+    assert node.attrs()["state"].startswith("failed secret tpuserve-spot-api-key is not a usable")
+    assert "openssl rand -base64 32" in out
+    assert cloud.api_key not in out
+    assert node.docker_commands("run") == []
+
+
+def test_a_boot_goes_on_when_guest_attributes_are_disabled(cloud: Cloud) -> None:
+    cloud.metadata.guest_attributes_enabled = False  # GCE's default without the metadata key
+    d = cloud.deployment
+    node = cloud.node(d.model_copy(update={"stack": d.stack.model_copy(
+        update={"max_run_hours": 0})}))
+    out = node.run()
+    assert out.count("guest attributes unavailable (HTTP 403;") == 1
+    assert "state: ready" in out and "cache_publish: published" in out
+    assert cloud.metadata.guest_attributes == {}
+
+
+def test_secrets_without_a_usable_version_wait_with_a_log_line_then_proceed(
+    cloud: Cloud,
+) -> None:
+    d = cloud.deployment
+    cloud.secrets.secrets[d.hf_token_secret_id] = []  # deployed, no version added yet
+    cloud.secrets.set_state(d.api_key_secret_id, 1, "DISABLED")  # latest version disabled
+    node = cloud.node()
+    proc = node.start()
+    try:
+        wait_for(lambda: node.attrs().get("state", "").startswith("waiting"), "waiting state")
+        wait_for(lambda: len(cloud.secrets.calls_for(d.hf_token_secret_id)) >= 3, "polls")
+        assert "container" not in node.attrs()
+        cloud.secrets.add_version(d.hf_token_secret_id, cloud.hf_token.encode())
+        wait_for(lambda: len(cloud.secrets.calls_for(d.api_key_secret_id)) >= 3, "key polls")
+        assert "container" not in node.attrs()
+        cloud.secrets.add_version(d.api_key_secret_id, cloud.api_key.encode())
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    for secret, why in ((d.hf_token_secret_id, "NOT_FOUND"),
+                        (d.api_key_secret_id, "FAILED_PRECONDITION")):
+        assert f"waiting for an enabled version of secret {secret} ({why}); add one: " \
+               f"gcloud secrets versions add {secret} --project {d.gcp.project}" in out
+    states = [v for k, v in _story(cloud.metadata.writes_in(NAMESPACE)) if k == "state"]
+    assert states == ["booting", f"waiting for a version of secret {d.hf_token_secret_id}",
+                      "booting", f"waiting for a version of secret {d.api_key_secret_id}",
+                      "booting", "ready"]
+
+
+# ------------------------------------------------------------------ the compile cache
+def test_a_warm_boot_on_a_new_node_restores_before_start_and_does_not_publish(
+    cloud: Cloud,
+) -> None:
+    first = cloud.node()
+    first.run()
+    first.stop()
+    object_name = cloud.cache_object(first)
+    published = cloud.storage.objects[object_name].generation
+
+    node = cloud.node()  # a new node (preemption, recreate): empty disk, same bucket
+    node.run()
+    attrs = node.attrs()
+    assert re.fullmatch(r"hit object_bytes=\d+ files=6 bytes=\d+", attrs["cache"])
+    hits = [c for c in cloud.storage.calls_of("download") if c.status == 200]
+    assert len(hits) == 1 and hits[0].at < node.run_time("vllm-gemma4")
+    vllm_log = (node.docker_state / "containers/vllm-gemma4.log").read_text()
+    assert "Loaded 6 compiled programs" in vllm_log
+    assert attrs["cache_publish"] == "unchanged " + attrs["cache"].split(" ", 2)[2]
+    assert len(cloud.storage.calls_of("upload")) == 1  # the first node's only
+    assert cloud.storage.objects[object_name].generation == published
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncated", "not a tar"])
+def test_a_damaged_cache_object_is_a_miss_and_the_boot_goes_on(cloud: Cloud, damage: str) -> None:
+    node = cloud.node()
+    good = archive({"xla_cache/jit_a-cache": os.urandom(4096)})
+    data = {
+        "corrupt": os.urandom(3000),
+        "truncated": good[: len(good) // 2],
+        "not a tar": gzip.compress(b"plain text, not an archive"),
+    }[damage]
+    cloud.storage.put(cloud.cache_object(node), data)
+    node.run()
+    attrs = node.attrs()
+    reason = {"corrupt": "corrupt or partial object", "truncated": "corrupt or partial object",
+              "not a tar": "is not a tar archive of the cache"}[damage]
+    assert attrs["cache"].startswith("miss ") and reason in attrs["cache"], attrs["cache"]
+    assert attrs["state"] == "ready"
+    assert attrs["cache_publish"].startswith("published")  # the cold compile replaced it
+    stored = cloud.storage.objects[cloud.cache_object(node)].data
+    with tarfile.open(fileobj=BytesIO(stored)) as tar:
+        assert len(tar.getmembers()) > 6
+
+
+def test_a_storage_outage_is_a_miss_and_an_unreadable_node_times_the_guard_from_first_boot(
+    cloud: Cloud,
+) -> None:
+    cloud.storage.outage = True
+    cloud.tpu.fail_next(403, "PERMISSION_DENIED", "Permission 'tpu.nodes.get' denied",
+                        method="GET", path_contains="/nodes/", times=1000)
+    node = cloud.node()
+    node.set_clock(CREATE_TIME + 500)
+    node.run()
+    attrs = node.attrs()
+    assert attrs["cache"] == "miss storage answered HTTP 503"
+    assert attrs["state"] == "ready"
+    assert attrs["cache_publish"].startswith("failed upload: HTTP 503")
+    assert len(cloud.storage.calls_of("other")) > 2  # retried with backoff, then gave up
+    wait_for(lambda: "guard" in node.attrs(), "the guard's deadline")
+    max_run = int(cloud.deployment.stack.max_run_hours * 3600)
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CREATE_TIME + 500 + max_run))
+    assert node.attrs()["guard"] == f"deadline={deadline} from=first-boot"
+
+
+def test_a_storage_timeout_is_a_miss_and_the_boot_goes_on(cloud: Cloud) -> None:
+    cloud.storage.download_delay = 2.5  # beyond the 1 s floor of every scaled timeout
+    node = cloud.node()
+    node.run()
+    attrs = node.attrs()
+    assert attrs["cache"] == "miss storage unreachable or timed out"
+    assert attrs["state"] == "ready"
+    assert attrs["cache_publish"].startswith("published")
+
+
+# ------------------------------------------------------------------ restart hygiene
+def test_rotated_secrets_replace_only_the_proxy_and_a_reboot_replaces_both(cloud: Cloud) -> None:
+    d = cloud.deployment
+    node = cloud.node()
+    node.run()
+    token_file = node.root / "run/tpuserve/secrets/hf_token"
+    inode = token_file.stat().st_ino
+    cloud.api_key = "tpk-rotated-" + os.urandom(16).hex()
+    cloud.hf_token = "hf_rotated" + os.urandom(16).hex()
+    cloud.secrets.add_version(d.api_key_secret_id, cloud.api_key.encode())
+    cloud.secrets.add_version(d.hf_token_secret_id, cloud.hf_token.encode())
+    rerun = time.time()
+    node.run()
+    started = [argv[argv.index("--name") + 1] for argv in node.docker_commands("run", rerun)]
+    assert started == ["tpuserve-proxy"]  # nginx reads the key at start; vLLM keeps serving
+    assert _get(cloud.public_port, "/v1/models", cloud.api_key) == 200
+    # Rewritten in place: the running container's read-only mount sees the new token.
+    assert token_file.stat().st_ino == inode and token_file.read_text() == cloud.hf_token
+
+    node.stop()  # power off: processes die, the tmpfs empties, the disk stays
+    for f in (node.root / "run").rglob("*"):
+        if f.is_file():
+            f.unlink()
+    rebooted = time.time()
+    node.run()
+    removed = [argv[-1] for argv in node.docker_commands("rm", rebooted)]
+    started = [argv[argv.index("--name") + 1] for argv in node.docker_commands("run", rebooted)]
+    assert sorted(removed) == sorted(started) == ["tpuserve-proxy", "vllm-gemma4"]
+    attrs = node.attrs()
+    assert attrs["state"] == "ready" and attrs["container"] == "started"
+    assert attrs["cache"].startswith("local files=6")  # the disk kept the compile cache
+    assert len(cloud.storage.calls_of("download")) == 1  # only the first boot's miss
+
+
+# A 900 s pull budget is 0.9 s at the default test scale, and every attempt starts a Python:
+# where pulls fail for good, the run goes at a fifth of it.
+FAST = {"TPUSERVE_TIME_SCALE": "0.0002"}
+
+
+def test_image_pulls_are_retried_and_a_local_copy_is_a_fallback(cloud: Cloud) -> None:
+    node = cloud.node()
+    (node.docker_state / "pull_failures").write_text("2")
+    node.run()
+    assert len(node.docker_commands("pull")) == 4  # 2 failures, then vllm and nginx
+    assert node.attrs()["image"] == "pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine"
+
+    node.stop()
+    (node.root / "run/tpuserve/secrets/hf_token").unlink()  # as after a reboot: start afresh
+    (node.docker_state / "pull_failures").write_text("100000")
+    node.env.update(FAST)
+    node.run()
+    assert node.attrs()["image"] == "local vllm/vllm-tpu:nightly nginx:1.27.3-alpine"
+    assert node.attrs()["state"] == "ready"
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_boot(cloud: Cloud) -> None:
+    node = cloud.node(**FAST)
+    (node.docker_state / "pull_failures").write_text("100000")
+    node.run(expect_rc=1)
+    assert node.attrs()["state"] == "failed could not pull vllm/vllm-tpu:nightly"
+
+
+def test_a_server_that_dies_ends_failed_with_the_reason(cloud: Cloud) -> None:
+    node = cloud.node(FAKE_VLLM_CRASH="1")
+    node.run(expect_rc=1)
+    attrs = node.attrs()
+    assert attrs["state"].startswith("failed vLLM exited: ERROR [core.py] "
+                                     "RuntimeProgramAllocationFailure")
+    assert "memory" in attrs and "health" not in attrs and "cache_publish" not in attrs
+
+
+# ------------------------------------------------------------------ billing guard
+def test_the_billing_guard_deletes_the_node_at_expiry_and_not_before(cloud: Cloud) -> None:
+    d = cloud.deployment
+    node = cloud.node()
+    max_run = int(d.stack.max_run_hours * 3600)
+    node.set_clock(CREATE_TIME + max_run - 1)  # one second before expiry
+    node.run()
+    wait_for(lambda: "guard" in node.attrs(), "the guard's deadline")
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CREATE_TIME + max_run))
+    assert node.attrs()["guard"] == f"deadline={deadline} from=createTime"
+    wait_for(lambda: node.guard_log().count("1 s left") >= 5, "the guard checking the clock")
+    assert _deletes(cloud) == []
+    node.set_clock(CREATE_TIME + max_run)
+    wait_for(lambda: "node deletion requested (HTTP 200)" in node.guard_log(), "the deletion")
+    assert [r.path for r in _deletes(cloud)] == [
+        f"/v2/projects/{d.gcp.project}/locations/{d.gcp.zone}/nodes/{d.node_name}"]
+    assert node.attrs()["guard"] == "deleting"
