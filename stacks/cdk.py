@@ -11,6 +11,7 @@ the assembly). The ordinary import stays as a fallback (TPUSERVE_CDK_IMPORT=full
 lean path fails), and tests assert both paths synthesize identical JSON.
 """
 
+# ruff: noqa: E402  (provider imports must follow _register_lean_package, below)
 from __future__ import annotations
 
 import importlib

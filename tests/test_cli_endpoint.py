@@ -5,21 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.test_cli_support import (
+from tests.cli_support import (
     API_KEY,
     PROJECT,
     ZONE,
     Env,
     assert_one_line_error,
-    cli_env,
-    fake_oai,
-    fake_tpu,
     invoke,
     write_config,
 )
 from tpuserve.config import load_deployments
-
-__all__ = ["cli_env", "fake_oai", "fake_tpu"]  # fixtures
 
 
 def test_endpoint_prints_url_and_key_command_not_the_key(cli_env: Env) -> None:

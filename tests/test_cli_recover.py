@@ -11,23 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_support import (
+from tests.cli_support import (
     API_KEY,
     PROJECT,
     ZONE,
     Env,
     assert_one_line_error,
-    cli_env,
-    fake_oai,
-    fake_tpu,
     invoke,
 )
 from tpuserve.ops import recovery
 from tpuserve.ops.errors import EXIT_INTERRUPTED, OpsError
 from tpuserve.ops.tpu_nodes import NodeApi
 from tpuserve.queued_resource import TpuClient
-
-__all__ = ["cli_env", "fake_oai", "fake_tpu"]  # fixtures
 
 
 class Deployer:

@@ -7,19 +7,14 @@ import json
 
 import pytest
 
-from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
-from tests.test_cli_support import (
+from tests.cli_support import (
     API_KEY,
     Env,
     assert_one_line_error,
-    cli_env,
-    fake_oai,
-    fake_tpu,
     invoke,
 )
+from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
 from tpuserve.ops import png
-
-__all__ = ["cli_env", "fake_oai", "fake_tpu"]  # fixtures
 
 
 def _results(stdout: str) -> dict[str, str]:

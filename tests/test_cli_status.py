@@ -7,23 +7,18 @@ import json
 
 import pytest
 
-from tests.test_cli_support import (
+from tests.cli_support import (
     BOOT_READY,
     PROJECT,
     ZONE,
     Env,
     assert_one_line_error,
-    cli_env,
-    fake_oai,
-    fake_tpu,
     invoke,
 )
 from tpuserve.ops.boot_phases import parse_boot
 from tpuserve.ops.stack_status import StackStatus, format_duration
 from tpuserve.ops.tpu_nodes import NodeView
 from tpuserve.queued_resource import QueuedResource
-
-__all__ = ["cli_env", "fake_oai", "fake_tpu"]  # fixtures
 
 
 def test_status_of_a_ready_spot_stack(cli_env: Env) -> None:

@@ -6,15 +6,12 @@ import json
 
 import pytest
 
-from tests.test_cli_support import (
+from tests.cli_support import (
     BOOT_READY,
     PROJECT,
     ZONE,
     Env,
     assert_one_line_error,
-    cli_env,
-    fake_oai,
-    fake_tpu,
     ga,
     invoke,
 )
@@ -23,8 +20,6 @@ from tpuserve.ops.errors import EXIT_TIMEOUT
 from tpuserve.ops.server import http_client
 from tpuserve.ops.tpu_nodes import NodeApi
 from tpuserve.queued_resource import TpuClient
-
-__all__ = ["cli_env", "fake_oai", "fake_tpu"]  # fixtures
 
 
 def test_wait_prints_the_endpoint_of_a_serving_stack(cli_env: Env) -> None:

@@ -290,7 +290,9 @@ class AccessSettings(StrictModel):
             try:
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError as exc:
-                raise ValueError(f"access.{info.field_name}: {cidr!r} is not a CIDR ({exc})")
+                raise ValueError(
+                    f"access.{info.field_name}: {cidr!r} is not a CIDR ({exc})"
+                ) from None
         return v
 
 
