@@ -8,6 +8,7 @@ CLI's `plan` need. Data flows one way: config -> capacity -> checks.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from .capacity import capacity_problems, capacity_warnings
 from .config import ConfigError, Deployment, deployment_warnings, load_raw, merge_stacks, validate
@@ -15,7 +16,12 @@ from .config import ConfigError, Deployment, deployment_warnings, load_raw, merg
 
 def checked_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Deployment]:
     """Load, validate and capacity-check every stack; raise ConfigError with every problem."""
-    deployments, problems = validate(load_raw(environ=environ))
+    return check_raw(load_raw(environ=environ))
+
+
+def check_raw(raw: Mapping[str, Any]) -> dict[str, Deployment]:
+    """Validate and capacity-check a raw config; raise ConfigError with every problem."""
+    deployments, problems = validate(raw)
     for name, d in deployments.items():
         problems.extend(f"[{name}] {p}" for p in capacity_problems(d))
     if problems:

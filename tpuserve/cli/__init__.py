@@ -22,7 +22,7 @@ app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-COMMAND_MODULES = ("status", "wait", "endpoint", "smoke", "bench", "recover")
+COMMAND_MODULES = ("status", "wait", "endpoint", "smoke", "bench", "recover", "plan", "review")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)

@@ -71,7 +71,9 @@ def make_client(environ: Mapping[str, str] | None = None) -> Any:
     try:
         root = api_root("tpu", TPU_API, env)
     except ValueError as exc:
-        raise ApiError(0, "INVALID_ARGUMENT", str(exc), action="TPU endpoint", hint="fix it")
+        raise ApiError(
+            0, "INVALID_ARGUMENT", str(exc), action="TPU endpoint", hint="fix it"
+        ) from None
     return tpu_v2.TpuClient(
         transport="rest",
         client_options={"api_endpoint": root.rstrip("/")},

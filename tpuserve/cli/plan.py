@@ -1,0 +1,135 @@
+"""`tpuserve plan`: the capacity and cost planner (SPEC 5-7) for one stack, as tables or JSON.
+
+Overrides go through the config's own validators, so `--gpu-memory-utilization 0.95` is
+refused with the same measured rule as synth would give, one line per problem.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tpuserve import plan_report
+from tpuserve.capacity import plan_for
+from tpuserve.checks import all_warnings, check_raw
+from tpuserve.config import (
+    STACK_NAMES,
+    ConfigError,
+    Deployment,
+    deep_merge,
+    load_raw,
+)
+from tpuserve.ops.errors import EXIT_USAGE, OpsError
+from tpuserve.planner import ThroughputTable, load_throughput
+
+from .common import JsonOpt, command, console, emit_json, err_console
+
+_FILE = {"exists": True, "dir_okay": False, "readable": True, "show_default": False}
+
+
+def _stack_deployment(stack: str, vllm: dict[str, Any], capacity: dict[str, Any]) -> Deployment:
+    """The configured stack with the overrides merged into its [stacks.NAME] table."""
+    raw = load_raw()
+    stacks = raw.get("stacks", {})
+    if stack not in stacks:
+        configured = ", ".join(s for s in STACK_NAMES if s in stacks) or "none"
+        raise OpsError(f"--stack {stack!r}: not in the configuration (configured: {configured})",
+                       exit_code=EXIT_USAGE)
+    over = {k: v for k, v in (("vllm", vllm), ("capacity", capacity)) if v}
+    # Validate only this stack: another stack's problem is not this command's business.
+    only = {**raw, "stacks": {stack: deep_merge(stacks[stack], over)}}
+    return check_raw(only)[stack]
+
+
+def _throughput(path: Path | None) -> ThroughputTable | None:
+    if path is None:
+        return None
+    try:
+        return load_throughput(path)
+    except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise OpsError(f"--throughput {str(path)!r}: {exc}", exit_code=EXIT_USAGE) from None
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no Infinity: a break-even that never comes is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+@command
+def plan(
+    stack: Annotated[str, typer.Option("--stack", help=f"Stack: {', '.join(STACK_NAMES)}.")] = (
+        "flex"
+    ),
+    model_config: Annotated[Path | None, typer.Option(
+        "--model-config", help="A Hugging Face config.json (top level or text_config) instead "
+        "of the configured geometry.", **_FILE)] = None,
+    weights_gib: Annotated[float | None, typer.Option(
+        "--weights-gib", help="Resident weights in GiB (measured; 8.97 for Gemma 4 E2B).",
+        show_default=False)] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option(
+        "--gpu-memory-utilization", help="Override vllm.gpu_memory_utilization.",
+        show_default=False)] = None,
+    kv_cache_memory_bytes: Annotated[int | None, typer.Option(
+        "--kv-cache-memory-bytes", help="Override vllm.kv_cache_memory_bytes (the KV pool).",
+        show_default=False)] = None,
+    max_model_len: Annotated[int | None, typer.Option(
+        "--max-model-len", help="Override vllm.max_model_len.", show_default=False)] = None,
+    tensor_parallel_size: Annotated[int | None, typer.Option(
+        "--tensor-parallel-size", help="Override vllm.tensor_parallel_size.",
+        show_default=False)] = None,
+    throughput: Annotated[Path | None, typer.Option(
+        "--throughput", help="A `bench` JSON throughput table instead of SPEC 6.",
+        **_FILE)] = None,
+    png: Annotated[Path | None, typer.Option(
+        "--png", help="Also write a chart: HBM budget and $/M output tokens against clients.",
+        dir_okay=False, show_default=False)] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """HBM budget, KV cache, blocks, KV wall, decode floor and $/M output tokens (SPEC 5-7)."""
+    vllm = {k: v for k, v in (
+        ("gpu_memory_utilization", gpu_memory_utilization),
+        ("kv_cache_memory_bytes", kv_cache_memory_bytes),
+        ("max_model_len", max_model_len),
+        ("tensor_parallel_size", tensor_parallel_size),
+    ) if v is not None}
+    capacity: dict[str, Any] = {}
+    if model_config is not None:
+        capacity["model_geometry"] = str(model_config.resolve())  # absolute wins over config/
+    if weights_gib is not None:
+        capacity["weights_gib"] = weights_gib
+    try:
+        d = _stack_deployment(stack, vllm, capacity)
+    except ConfigError as exc:
+        # One line per problem: each already names the setting, the value and the rule.
+        for problem in exc.problems:
+            err_console.print(f"tpuserve: error: {problem}", markup=False, soft_wrap=True)
+        if json_output:
+            emit_json({"ok": False, "errors": exc.problems, "exit_code": EXIT_USAGE})
+        raise typer.Exit(EXIT_USAGE) from None
+    result = plan_for(d, throughput=_throughput(throughput))
+    for warning in all_warnings(d):
+        err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
+                          soft_wrap=True)
+    if png is not None:
+        plan_report.write_png(result, png, provisioning=d.stack.provisioning_model)
+        err_console.print(f"wrote {png}", markup=False)
+    if json_output:
+        emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
+                           **result.to_json()}))
+        return
+    console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
+                  f"{d.vllm.model})")
+    plan_report.print_plan(result, console)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)

@@ -1,0 +1,68 @@
+"""`tpuserve review BASE [HEAD]`: a plan review as Markdown (or JSON) for a pull-request comment."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tpuserve.ops.errors import EXIT_USAGE, OpsError
+from tpuserve.review import ReviewError, redact, render_json, render_markdown, review
+
+from .common import JsonOpt, command, err_console
+
+_ATTACH_LIMIT = 200_000  # bytes read from one attachment before it is cut to fit the comment
+
+
+def _attachment(spec: str) -> tuple[str, str]:
+    title, sep, path = spec.partition("=")
+    if not sep or not title or not path:
+        raise OpsError(f"--attach {spec!r}: give TITLE=FILE", exit_code=EXIT_USAGE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return title, f.read(_ATTACH_LIMIT)
+    except OSError as exc:
+        raise OpsError(f"--attach {spec!r}: {exc.strerror}", exit_code=EXIT_USAGE) from None
+
+
+@command
+def review_command(
+    base: Annotated[str, typer.Argument(help="The base revision (a commit, branch or tag).")],
+    head: Annotated[str | None, typer.Argument(
+        help="The head revision; omitted: the working tree.", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write to FILE instead of stdout.", dir_okay=False,
+        show_default=False)] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="A user config merged over both revisions' config/default.toml "
+        "(TPUSERVE_CONFIG in the environment is ignored).", exists=True, dir_okay=False,
+        show_default=False)] = None,
+    repo: Annotated[Path | None, typer.Option(
+        "--repo", help="The project directory (where main.py is); default: the current one.",
+        file_okay=False, exists=True, show_default=False)] = None,
+    attach: Annotated[list[str] | None, typer.Option(
+        "--attach", help="TITLE=FILE: append FILE (e.g. `cdktf diff` output) in a collapsed, "
+        "redacted block. Repeatable.", show_default=False)] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Synthesize BASE and HEAD offline and report, per stack, the Terraform resources added,
+    removed and changed, the `vllm serve` argv and env diff with the measured rule behind each
+    flag, the compile-cache key, and capacity and cost deltas (SPEC 4-7)."""
+    attachments = [_attachment(a) for a in attach or ()]
+    try:
+        result = review(base, head, project_dir=repo, config=config, attachments=attachments)
+    except ReviewError as exc:
+        raise OpsError(redact(str(exc)), exit_code=EXIT_USAGE) from None
+    text = render_json(result) + "\n" if json_output else render_markdown(result)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        output.write_text(text)
+        err_console.print(f"wrote {output}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("review")(review_command)
