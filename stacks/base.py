@@ -7,7 +7,14 @@ from typing import Any
 from tpuserve.config import Deployment
 from tpuserve.startup import render_startup
 
-from .cdk import Construct, GoogleBetaProvider, LocalBackend, TerraformOutput, TerraformStack
+from .cdk import (
+    Construct,
+    GcsBackend,
+    GoogleBetaProvider,
+    LocalBackend,
+    TerraformOutput,
+    TerraformStack,
+)
 from .foundation import Foundation
 
 
@@ -33,9 +40,13 @@ class ServingStack(TerraformStack):
         super().__init__(scope, deployment.name)
         d = deployment
         self.deployment = d
-        # Relative to cdktf.out/stacks/NAME, where terraform runs: state sits at the repo root
-        # and synthesized JSON carries no machine path.
-        LocalBackend(self, path=f"../../../terraform.{d.name}.tfstate")
+        if d.state.gcs_bucket:
+            # Shared state: a team and the plan-review workflow see the same resources.
+            GcsBackend(self, bucket=d.state.gcs_bucket, prefix=f"{d.state.gcs_prefix}/{d.name}")
+        else:
+            # Relative to cdktf.out/stacks/NAME, where terraform runs: state sits at the repo
+            # root and synthesized JSON carries no machine path.
+            LocalBackend(self, path=f"../../../terraform.{d.name}.tfstate")
         GoogleBetaProvider(
             self, "google_beta", project=d.gcp.project, region=d.gcp.region, zone=d.gcp.zone,
             default_labels={"managed-by": "tpuserve"},

@@ -69,6 +69,7 @@ from cdktf import (  # noqa: F401
     App,
     DataResource,
     Fn,
+    GcsBackend,
     LocalBackend,
     LocalExecProvisioner,
     TerraformDataSource,

@@ -158,3 +158,14 @@ def test_stable_addresses_and_stack_prefixed_names(synthesized, stack) -> None:
         for res in resources(doc, kind).values():
             name = res.get("name") or res.get("secret_id")
             assert name.startswith(f"tpuserve-{stack}-")
+
+
+def test_state_backend_local_by_default_gcs_when_configured(synthesized, tmp_path: Path) -> None:
+    assert synthesized["flex"]["terraform"]["backend"] == {
+        "local": {"path": "../../../terraform.flex.tfstate"}}
+    raw = load_raw(environ={})
+    raw["state"] = {"gcs_bucket": "team-tfstate", "gcs_prefix": "serving"}
+    raw["stacks"] = {"ondemand": raw["stacks"]["ondemand"]}
+    doc = synth(build_deployments(raw), tmp_path)["ondemand"]
+    assert doc["terraform"]["backend"] == {
+        "gcs": {"bucket": "team-tfstate", "prefix": "serving/ondemand"}}

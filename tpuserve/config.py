@@ -336,6 +336,13 @@ class CapacitySettings(StrictModel):
         return (DEFAULT_CONFIG.parent / self.model_geometry).resolve()
 
 
+class StateSettings(StrictModel):
+    """Where Terraform keeps each stack's state: local files, or a GCS bucket for teams/CI."""
+
+    gcs_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")] | None = None
+    gcs_prefix: str = "tpuserve"
+
+
 class StackSettings(StrictModel):
     provisioning_model: ProvisioningModel
     # Billing guard for spot/ondemand: the node deletes itself after this many hours (0: off).
@@ -374,6 +381,7 @@ class Deployment(StrictModel):
     pricing: PricingSettings = Field(default_factory=PricingSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
+    state: StateSettings = Field(default_factory=StateSettings)
     stack: StackSettings
 
     @model_validator(mode="after")
