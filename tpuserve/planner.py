@@ -571,7 +571,7 @@ class ThroughputTable:
 def _cell(raw: Any, i: int) -> ThroughputCell:
     if not isinstance(raw, Mapping):
         # ValueError like every other malformed-input error, so callers catch one type.
-        raise ValueError(f"cells[{i}] must be an object")  # noqa: TRY004
+        raise ValueError(f"cells[{i}] must be an object")
     for key in ("context", "clients", "output_tokens_per_s"):
         value = raw.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
