@@ -411,20 +411,22 @@ class TpuClient(GoogleApi):
             raise
         return QueuedResource.from_json(data)
 
-    def list_queued_resources(self, project: str, zone: str) -> list[QueuedResource]:
-        parent = f"projects/{project}/locations/{zone}"
-        out: list[QueuedResource] = []
+    def _list(self, path: str, key: str, action: str) -> Iterator[dict[str, Any]]:
+        """Every item of a paginated list call (nextPageToken / pageToken)."""
         token: str | None = None
         while True:
-            data = self.request(
-                "GET", f"{API_VERSION}/{parent}/queuedResources",
-                params={"pageToken": token} if token else None,
-                action=f"list queued resources in {parent}",
-            )
-            out.extend(QueuedResource.from_json(q) for q in data.get("queuedResources", []))
+            data = self.request("GET", path, params={"pageToken": token} if token else None,
+                                action=action)
+            yield from data.get(key, [])
             token = data.get("nextPageToken")
             if not token:
-                return out
+                return
+
+    def list_queued_resources(self, project: str, zone: str) -> list[QueuedResource]:
+        parent = f"projects/{project}/locations/{zone}"
+        items = self._list(f"{API_VERSION}/{parent}/queuedResources", "queuedResources",
+                           f"list queued resources in {parent}")
+        return [QueuedResource.from_json(q) for q in items]
 
     def create_queued_resource(
         self, ref: QueuedResourceRef, body: Mapping[str, Any], *,
@@ -646,18 +648,8 @@ class TpuClient(GoogleApi):
 
     def list_nodes(self, project: str, zone: str, *, api_version: str = "v2") -> list[Node]:
         parent = f"projects/{project}/locations/{zone}"
-        out: list[Node] = []
-        token: str | None = None
-        while True:
-            data = self.request(
-                "GET", f"{api_version}/{parent}/nodes",
-                params={"pageToken": token} if token else None,
-                action=f"list nodes in {parent}",
-            )
-            out.extend(Node.from_json(n) for n in data.get("nodes", []))
-            token = data.get("nextPageToken")
-            if not token:
-                return out
+        items = self._list(f"{api_version}/{parent}/nodes", "nodes", f"list nodes in {parent}")
+        return [Node.from_json(n) for n in items]
 
     def get_guest_attributes(
         self, project: str, zone: str, node_id: str, query_path: str = "", *,
