@@ -109,11 +109,15 @@ class Foundation(Construct):
             public_access_prevention="enforced",
             force_destroy=True,  # a cache: destroy must not fail on leftover objects
             labels=d.labels,
+            # Unused caches expire, not old ones: every healthy boot that restores or publishes
+            # a cache sets its object's customTime to now (templates/startup.sh.j2), so a cache
+            # in daily use is never deleted (an `age` rule would force a cold boot, SPEC 4's
+            # 685 s of compilation, every retention_days).
             lifecycle_rule=[
                 GoogleStorageBucketLifecycleRule(
                     action=GoogleStorageBucketLifecycleRuleAction(type="Delete"),
                     condition=GoogleStorageBucketLifecycleRuleCondition(
-                        age=d.cache.retention_days
+                        days_since_custom_time=d.cache.retention_days
                     ),
                 )
             ],

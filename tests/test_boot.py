@@ -1,10 +1,11 @@
 """The rendered boot script, run for real (bash) end to end against fakes on 127.0.0.1.
 
 A `Cloud` holds the fakes of one project (metadata server, Secret Manager, Cloud Storage, the
-TPU API); a `Node` is one TPU VM's disk: a temp dir as TPUSERVE_ROOT, a fake `docker` and spies
-on `curl` and `python3` first on PATH (each call's argv and environment are recorded), and the
-script rendered from the default config. TPUSERVE_TIME_SCALE=0.001 turns every wait, backoff
-and poll into milliseconds; TPUSERVE_CLOCK_FILE is the billing guard's "now".
+TPU API, and the container registry the fake `docker` pulls from); a `Node` is one TPU VM's
+disk: a temp dir as TPUSERVE_ROOT, a fake `docker` and spies on `curl` and `python3` first on
+PATH (each call's argv and environment are recorded), and the script rendered from the default
+config. TPUSERVE_TIME_SCALE=0.001 turns every wait, backoff and poll into milliseconds;
+TPUSERVE_CLOCK_FILE is the billing guard's "now".
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
@@ -32,10 +33,10 @@ import pytest
 
 from tests.fakes.metadata import FakeMetadata, GuestWrite
 from tests.fakes.secretmanager import FakeSecretManager
-from tests.fakes.storage import FakeStorage
+from tests.fakes.storage import FakeStorage, StorageCall
 from tests.fakes.tpu_api import FakeTpuApi
 from tpuserve.config import Deployment, load_deployments
-from tpuserve.startup import render_startup
+from tpuserve.startup import cache_object, render_startup, vllm_command
 from tpuserve.vllm_args import compile_cache_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,9 +45,14 @@ NAMESPACE = "tpuserve"
 CREATE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z, the node's createTime in the fake TPU API
 # Phases a full boot records, in order (the billing guard writes from its own process).
 BOOT_STORY = [
-    "boot", "state", "secret", "cache", "image", "container", "memory", "kv_cache",
+    "boot", "state", "secret", "image", "cache", "container", "memory", "kv_cache",
     "startup_complete", "health", "state", "cache_publish",
 ]
+IMAGE = "vllm/vllm-tpu:nightly"  # config/default.toml's vllm.image: a mutable tag
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+# Retry budgets are minutes (a 900 s pull budget is 0.9 s at the default test scale) and every
+# attempt costs a process: where calls fail for good, the run goes at a fifth of it.
+FAST = {"TPUSERVE_TIME_SCALE": "0.0002"}
 
 
 def free_port() -> int:
@@ -73,6 +79,11 @@ class Cloud:
     nodes: list[Node] = field(default_factory=list)
 
     @property
+    def registry(self) -> Path:
+        """The container registry every node's fake docker pulls from: {tag: digest}."""
+        return self.base / "registry.json"
+
+    @property
     def secret_values(self) -> dict[str, str]:
         return {"access token": self.access_token, "HF token": self.hf_token,
                 "API key": self.api_key}
@@ -87,8 +98,24 @@ class Cloud:
         self.nodes.append(node)
         return node
 
-    def cache_object(self, node: Node) -> str:
-        return f"xla-cache/{node.cache_key}.tar.gz"
+    def digest(self, ref: str = IMAGE) -> str:
+        """The manifest digest the registry serves for REF now (the fake docker's rule)."""
+        moved = json.loads(self.registry.read_text()) if self.registry.exists() else {}
+        return moved.get(ref) or "sha256:" + hashlib.sha256(ref.encode()).hexdigest()
+
+    def move_tag(self, ref: str = IMAGE) -> str:
+        """Push a new build under REF (nightly moves): returns its digest."""
+        digest = "sha256:" + hashlib.sha256(f"{self.digest(ref)} next".encode()).hexdigest()
+        moved = json.loads(self.registry.read_text()) if self.registry.exists() else {}
+        self.registry.write_text(json.dumps({**moved, ref: digest}))
+        return digest
+
+    def cache_object(self, node: Node, digest: str | None = None) -> str:
+        """The bucket object of NODE's compile cache for DIGEST (the registry's current one)."""
+        return cache_object(node.cache_key, digest or self.digest())
+
+    def custom_time(self, name: str) -> str | None:
+        return self.storage.objects[name].custom_time
 
 
 class Node:
@@ -119,6 +146,7 @@ class Node:
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": cloud.storage.endpoint,
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": cloud.tpu.url,
             "FAKE_DOCKER_STATE": str(self.docker_state),
+            "FAKE_DOCKER_REGISTRY": str(cloud.registry),
             "SPY_LOG": str(self.spy_log),
             "FAKE_VLLM_STEP": "0.01",
             "FAKE_VLLM_COMPILE": "0.05",
@@ -127,8 +155,7 @@ class Node:
 
     @property
     def cache_key(self) -> str:
-        from tpuserve.startup import vllm_command
-
+        """The config's part of the compile-cache key (the image digest completes it)."""
         argv = vllm_command(self.deployment, backend_port=self.cloud.backend_port)
         return compile_cache_key(self.deployment, argv)
 
@@ -150,7 +177,11 @@ class Node:
             f.chmod(0o755)
 
     def set_clock(self, epoch: int) -> None:
-        self.clock.write_text(f"{epoch}\n")
+        # Atomically: the billing guard reads the clock every (scaled) second, and an empty
+        # read between a truncate and a write would end it.
+        tmp = self.clock.with_suffix(".new")
+        tmp.write_text(f"{epoch}\n")
+        tmp.replace(self.clock)
 
     # -- running
     def run(self, *, expect_rc: int = 0, timeout: float = 60) -> str:
@@ -185,13 +216,14 @@ class Node:
             return []
         return [json.loads(line) for line in path.read_text().splitlines()]
 
-    def docker_commands(self, verb: str, since: float = 0) -> list[list[str]]:
+    def docker_commands(self, verb: str, since: float = 0, until: float = 1e12,
+                        ) -> list[list[str]]:
         out = []
         for call in self.docker_calls():
             argv = call["argv"]
             if argv[:1] == ["container"]:
                 argv = argv[1:]
-            if argv[:1] == [verb] and call["at"] >= since:
+            if argv[:1] == [verb] and since <= call["at"] < until:
                 out.append(call["argv"])
         return out
 
@@ -219,17 +251,13 @@ class Node:
 
 
 def _kill(pid: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def wait_for(predicate: Callable[[], object], what: str, timeout: float = 20) -> None:
@@ -282,14 +310,21 @@ def cloud(tmp_path: Path) -> Iterator[Cloud]:
 
 @dataclass
 class Booted:
-    """One node booted cold, then the script run again; shared by the read-only tests."""
+    """One node's life, shared by the read-only tests: booted cold, the script run again, then
+    the image tag moved (a new nightly) and the script run a third time."""
 
     cloud: Cloud
     node: Node
     cold_attrs: dict[str, str]
     cold_writes: list[GuestWrite]
     cold_guard_pid: int
+    cold_custom_time: str | None
     rerun_at: float
+    rerun_attrs: dict[str, str]
+    rerun_custom_time: str | None
+    old_digest: str
+    moved_at: float
+    new_digest: str
 
 
 @pytest.fixture(scope="module")
@@ -303,9 +338,23 @@ def booted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
         cold_attrs = node.attrs()
         cold_writes = cloud.metadata.writes_in(NAMESPACE)
         cold_guard = _guard_pid(node)
+        cold_custom_time = cloud.custom_time(cloud.cache_object(node))
         rerun_at = time.time()
         node.run()
-        yield Booted(cloud, node, cold_attrs, cold_writes, cold_guard, rerun_at)
+        rerun_attrs = node.attrs()
+        rerun_custom_time = cloud.custom_time(cloud.cache_object(node))
+        old_digest = cloud.digest()
+        new_digest = cloud.move_tag()  # same config; nightly now names another build
+        moved_at = time.time()
+        node.run()
+        yield Booted(cloud, node, cold_attrs, cold_writes, cold_guard, cold_custom_time,
+                     rerun_at, rerun_attrs, rerun_custom_time, old_digest, moved_at, new_digest)
+
+
+def _between(calls: list[StorageCall], start: float, end: float = 1e12,
+             ) -> list[tuple[str, int]]:
+    """(object, HTTP status) of the storage calls made in [start, end)."""
+    return [(c.name, c.status) for c in calls if start <= c.at < end]
 
 
 def _story(writes: list[GuestWrite]) -> list[tuple[str, str]]:
@@ -340,17 +389,35 @@ def _get(port: int, path: str, key: str | None = None) -> int:
 def test_a_cold_boot_restores_nothing_and_publishes_once_after_health(booted: Booted) -> None:
     cloud, node, attrs = booted.cloud, booted.node, booted.cold_attrs
     assert attrs["state"] == "ready"
-    object_name = cloud.cache_object(node)
+    object_name = cloud.cache_object(node, booted.old_digest)
+    # The key: the config's, then the pulled image's digest.
+    assert object_name == f"xla-cache/{node.cache_key}-{booted.old_digest[7:19]}.tar.gz"
     assert attrs["cache"] == f"miss no object gs://{cloud.deployment.cache_bucket}/{object_name}"
-    assert [(c.name, c.status) for c in cloud.storage.calls_of("download")] == [(object_name, 404)]
-    uploads = cloud.storage.calls_of("upload")  # the re-run did not publish again
-    assert [(u.name, u.status) for u in uploads] == [(object_name, 200)]
+    storage = cloud.storage
+    assert _between(storage.calls_of("download"), 0, booted.moved_at) == [
+        (object_name, 404)]
+    # The re-run did not publish again.
+    assert _between(storage.calls_of("upload"), 0, booted.moved_at) == [(object_name, 200)]
     health = next(w.at for w in booted.cold_writes if w.key == "health")
-    assert uploads[0].at > health
-    assert attrs["cache_publish"].startswith("published object_bytes=")
+    assert storage.calls_of("upload")[0].at > health
+    assert re.fullmatch(rf"published object_bytes=\d+ files=6 bytes=\d+ custom_time={STAMP}",
+                        attrs["cache_publish"]), attrs["cache_publish"]
     with tarfile.open(fileobj=BytesIO(cloud.storage.objects[object_name].data)) as tar:
         programs = sorted(m.name for m in tar.getmembers() if m.isfile())
     assert programs == [f"./xla_cache/jit_step_{n}-cache" for n in range(6)]
+
+
+def test_a_published_cache_gets_its_custom_time_after_the_upload(booted: Booted) -> None:
+    cloud, node = booted.cloud, booted.node
+    object_name = cloud.cache_object(node, booted.old_digest)
+    upload = cloud.storage.calls_of("upload")[0]
+    patches = cloud.storage.calls_of("patch")
+    assert _between(patches, 0, booted.rerun_at) == [(object_name, 200)]
+    assert patches[0].at > upload.at
+    assert booted.cold_custom_time == booted.cold_attrs["cache_publish"].rsplit("=", 1)[1]
+    # The re-run used the cache again: its expiry clock restarted (customTime moved forward).
+    assert booted.rerun_custom_time == booted.rerun_attrs["cache_publish"].rsplit("=", 1)[1]
+    assert booted.rerun_custom_time > booted.cold_custom_time
 
 
 def test_the_guest_attributes_tell_the_whole_story(booted: Booted) -> None:
@@ -359,7 +426,8 @@ def test_the_guest_attributes_tell_the_whole_story(booted: Booted) -> None:
     values = dict(story)
     assert [v for k, v in story if k == "state"] == ["booting", "ready"]
     assert values["secret"] == "fetched"
-    assert values["image"] == "pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine"
+    assert values["image"] == \
+        f"pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine digest={booted.old_digest}"
     assert values["container"] == "started"
     assert values["memory"] == ("total_hbm_limit_gb=15.75GiB | total_hbm_limit_cap_gb=14.49GiB | "
                                 "total_hbm_used_gb=8.97GiB | total_hbm_avail_gb=5.52GiB")
@@ -375,19 +443,51 @@ def test_the_guest_attributes_tell_the_whole_story(booted: Booted) -> None:
 
 
 def test_a_rerun_is_idempotent_and_keeps_the_healthy_server(booted: Booted) -> None:
-    node, since = booted.node, booted.rerun_at
-    assert node.docker_commands("run", since) == []
-    assert node.docker_commands("rm", since) == []
-    assert node.docker_commands("pull", since) == []
-    attrs = node.attrs()
+    node, since, until = booted.node, booted.rerun_at, booted.moved_at
+    assert node.docker_commands("run", since, until) == []
+    assert node.docker_commands("rm", since, until) == []
+    # Only vLLM's image is pulled again, to learn whether its tag moved.
+    assert node.docker_commands("pull", since, until) == [["pull", "-q", IMAGE]]
+    attrs = booted.rerun_attrs
     assert attrs["state"] == "ready"
-    assert attrs["container"] == "reused" and attrs["image"] == "reused"
+    assert attrs["container"] == "reused"
+    assert attrs["image"] == f"pulled {IMAGE} digest={booted.old_digest}"
     assert attrs["cache"].startswith("local files=6")
     assert attrs["cache_publish"].startswith("unchanged files=6")
+    assert _between(booted.cloud.storage.calls_of("upload"), since, until) == []
     # The billing guard is replaced, not doubled, and outlives the script.
     new_guard = _guard_pid(node)
     assert new_guard != booted.cold_guard_pid and _running(new_guard)
     wait_for(lambda: not _running(booted.cold_guard_pid), "the first guard to end")
+
+
+def test_a_moved_tag_is_a_new_cache_and_replaces_the_running_server(booted: Booted) -> None:
+    cloud, node, moved = booted.cloud, booted.node, booted.moved_at
+    new_digest = booted.new_digest
+    old_object = cloud.cache_object(node, booted.old_digest)
+    new_object = cloud.cache_object(node, new_digest)
+    assert new_object != old_object
+    attrs = node.attrs()
+    bucket = cloud.deployment.cache_bucket
+    # The old build's programs are not restored: a miss under the new key, then a cold compile
+    # published under it.
+    assert attrs["image"] == f"pulled {IMAGE} digest={new_digest}"
+    assert attrs["cache"] == f"miss no object gs://{bucket}/{new_object}"
+    storage = cloud.storage
+    assert _between(storage.calls_of("download"), moved) == [(new_object, 404)]
+    assert _between(storage.calls_of("upload"), moved) == [(new_object, 200)]
+    assert attrs["cache_publish"].startswith("published ")
+    assert attrs["state"] == "ready"
+    vllm_log = (node.docker_state / "containers/vllm-gemma4.log").read_text()
+    assert "Compiling XLA programs" in vllm_log
+    # The running server was replaced (the proxy kept), pinned to the new build.
+    started = [argv[argv.index("--name") + 1] for argv in node.docker_commands("run", moved)]
+    assert started == ["vllm-gemma4"] and attrs["container"] == "started"
+    assert node.container("vllm-gemma4")["image"] == f"vllm/vllm-tpu@{new_digest}"
+    # Only the new key's cache stays on disk; the old object waits for its lifecycle rule.
+    cache_ids = [p.name for p in (node.root / "var/cache/tpuserve/xla").iterdir()]
+    assert cache_ids == [f"{node.cache_key}-{new_digest[7:19]}"]
+    assert old_object in storage.objects
 
 
 def test_a_stale_libtpu_lockfile_is_removed_and_the_container_gets_a_fresh_tmp(
@@ -398,6 +498,9 @@ def test_a_stale_libtpu_lockfile_is_removed_and_the_container_gets_a_fresh_tmp(
     run = node.docker_commands("run")[0]
     assert run[run.index("--tmpfs") + 1] == "/tmp"
     assert run[run.index("--restart") + 1] == "unless-stopped"
+    # The image runs pinned to the digest its compile cache was keyed on, not by its tag.
+    image_at = run.index("serve") - 2  # ... IMAGE vllm serve MODEL ...
+    assert run[image_at] == f"vllm/vllm-tpu@{booted.old_digest}" and IMAGE not in run
 
 
 # ------------------------------------------------------------------ secrets and the proxy
@@ -408,9 +511,9 @@ def test_secrets_never_leave_the_tmpfs_files(booted: Booted) -> None:
     places = [("script output", node.log()),
               ("guest attributes", json.dumps([w.value for w in cloud.metadata.writes]))]
     secrets_dir = node.root / "run/tpuserve/secrets"
-    for path in node.root.parent.rglob("*"):  # disk, spies' argv+env, docker calls, inspect
-        if path.is_file() and secrets_dir not in path.parents:
-            places.append((str(path), path.read_text(errors="replace")))
+    places += [(str(path), path.read_text(errors="replace"))  # disk, spies, docker calls
+               for path in node.root.parent.rglob("*")
+               if path.is_file() and secrets_dir not in path.parents]
     leaks = [f"{name} in {where}" for name, value in cloud.secret_values.items()
              for where, text in places if value in text]
     assert leaks == []
@@ -506,8 +609,8 @@ def test_secrets_without_a_usable_version_wait_with_a_log_line_then_proceed(
     assert proc.returncode == 0, out
     for secret, why in ((d.hf_token_secret_id, "NOT_FOUND"),
                         (d.api_key_secret_id, "FAILED_PRECONDITION")):
-        assert f"waiting for an enabled version of secret {secret} ({why}); add one: " \
-               f"gcloud secrets versions add {secret} --project {d.gcp.project}" in out
+        assert (f"waiting for an enabled version of secret {secret} ({why}); add one: "
+                f"gcloud secrets versions add {secret} --project {d.gcp.project}") in out
     states = [v for k, v in _story(cloud.metadata.writes_in(NAMESPACE)) if k == "state"]
     assert states == ["booting", f"waiting for a version of secret {d.hf_token_secret_id}",
                       "booting", f"waiting for a version of secret {d.api_key_secret_id}",
@@ -523,6 +626,7 @@ def test_a_warm_boot_on_a_new_node_restores_before_start_and_does_not_publish(
     first.stop()
     object_name = cloud.cache_object(first)
     published = cloud.storage.objects[object_name].generation
+    published_custom_time = cloud.custom_time(object_name)
 
     node = cloud.node()  # a new node (preemption, recreate): empty disk, same bucket
     node.run()
@@ -532,9 +636,16 @@ def test_a_warm_boot_on_a_new_node_restores_before_start_and_does_not_publish(
     assert len(hits) == 1 and hits[0].at < node.run_time("vllm-gemma4")
     vllm_log = (node.docker_state / "containers/vllm-gemma4.log").read_text()
     assert "Loaded 6 compiled programs" in vllm_log
-    assert attrs["cache_publish"] == "unchanged " + attrs["cache"].split(" ", 2)[2]
+    touched = cloud.custom_time(object_name)
+    assert attrs["cache_publish"] == \
+        f"unchanged {attrs['cache'].split(' ', 2)[2]} custom_time={touched}"
     assert len(cloud.storage.calls_of("upload")) == 1  # the first node's only
     assert cloud.storage.objects[object_name].generation == published
+    # The hit restarted the object's expiry clock, once /health answered.
+    [patch] = [c for c in cloud.storage.calls_of("patch") if c.at > hits[0].at]
+    health = next(w.at for w in cloud.metadata.writes_in(NAMESPACE) if w.key == "health")
+    assert patch.name == object_name and patch.status == 200 and patch.at > health
+    assert touched > published_custom_time
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "truncated", "not a tar"])
@@ -554,9 +665,10 @@ def test_a_damaged_cache_object_is_a_miss_and_the_boot_goes_on(cloud: Cloud, dam
     assert attrs["cache"].startswith("miss ") and reason in attrs["cache"], attrs["cache"]
     assert attrs["state"] == "ready"
     assert attrs["cache_publish"].startswith("published")  # the cold compile replaced it
-    stored = cloud.storage.objects[cloud.cache_object(node)].data
-    with tarfile.open(fileobj=BytesIO(stored)) as tar:
+    stored = cloud.storage.objects[cloud.cache_object(node)]
+    with tarfile.open(fileobj=BytesIO(stored.data)) as tar:
         assert len(tar.getmembers()) > 6
+    assert stored.custom_time is not None  # the new generation started without one
 
 
 def test_a_storage_outage_is_a_miss_and_an_unreadable_node_times_the_guard_from_first_boot(
@@ -565,13 +677,14 @@ def test_a_storage_outage_is_a_miss_and_an_unreadable_node_times_the_guard_from_
     cloud.storage.outage = True
     cloud.tpu.fail_next(403, "PERMISSION_DENIED", "Permission 'tpu.nodes.get' denied",
                         method="GET", path_contains="/nodes/", times=1000)
-    node = cloud.node()
+    node = cloud.node(**FAST)  # the upload's 600 s retry budget
     node.set_clock(CREATE_TIME + 500)
     node.run()
     attrs = node.attrs()
     assert attrs["cache"] == "miss storage answered HTTP 503"
     assert attrs["state"] == "ready"
-    assert attrs["cache_publish"].startswith("failed upload: HTTP 503")
+    # Nothing in the bucket to keep alive: no customTime to set.
+    assert attrs["cache_publish"] == "failed upload: HTTP 503 backendError"
     assert len(cloud.storage.calls_of("other")) > 2  # retried with backoff, then gave up
     wait_for(lambda: "guard" in node.attrs(), "the guard's deadline")
     max_run = int(cloud.deployment.stack.max_run_hours * 3600)
@@ -580,13 +693,49 @@ def test_a_storage_outage_is_a_miss_and_an_unreadable_node_times_the_guard_from_
 
 
 def test_a_storage_timeout_is_a_miss_and_the_boot_goes_on(cloud: Cloud) -> None:
-    cloud.storage.download_delay = 2.5  # beyond the 1 s floor of every scaled timeout
+    cloud.storage.download_delay = 1.3  # beyond the 1 s floor of every scaled timeout
     node = cloud.node()
     node.run()
     attrs = node.attrs()
     assert attrs["cache"] == "miss storage unreachable or timed out"
     assert attrs["state"] == "ready"
     assert attrs["cache_publish"].startswith("published")
+
+
+def _storage_patch(storage: FakeStorage, name: str, body: object,
+                   content_type: str = "application/json") -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", storage.server.port, timeout=5)
+    path = f"/storage/v1/b/{storage.bucket}/o/{name.replace('/', '%2F')}"
+    conn.request("PATCH", path, json.dumps(body), {
+        "Authorization": f"Bearer {storage.access_token}", "Content-Type": content_type})
+    resp = conn.getresponse()
+    answer = json.loads(resp.read())
+    conn.close()
+    return resp.status, answer
+
+
+def test_the_fake_storage_patches_custom_time_as_documented(cloud: Cloud) -> None:
+    storage, name = cloud.storage, "xla-cache/k-0123456789ab.tar.gz"
+    assert _storage_patch(storage, name, {"customTime": "2030-01-01T00:00:00Z"})[0] == 404
+    storage.put(name, b"x")
+    status, resource = _storage_patch(storage, name, {"customTime": "2030-01-01T00:00:00.5Z"})
+    assert status == 200 and resource["customTime"] == "2030-01-01T00:00:00.5Z"
+    assert resource["metageneration"] == "2"
+    refused = [
+        ({"customTime": "2029-12-31T23:59:59Z"}, "application/json"),  # moves backwards
+        ({"customTime": None}, "application/json"),  # removes it
+        ({"customTime": "2030-01-02"}, "application/json"),  # not an RFC 3339 date-time
+        ({"custom_time": "2031-01-01T00:00:00Z"}, "application/json"),  # unknown field
+        ({"contentType": "text/plain"}, "application/json"),  # not supported by the fake
+        ({"customTime": "2031-01-01T00:00:00Z"}, "application/x-www-form-urlencoded"),
+    ]
+    for body, content_type in refused:
+        status, answer = _storage_patch(storage, name, body, content_type)
+        assert status == 400 and answer["error"]["code"] == 400, body
+        assert answer["error"]["errors"][0]["reason"] in ("invalid", "parseError")
+    assert storage.objects[name].custom_time == "2030-01-01T00:00:00.5Z"
+    storage.put(name, b"y")  # a new generation starts without one
+    assert storage.objects[name].custom_time is None
 
 
 # ------------------------------------------------------------------ restart hygiene
@@ -612,8 +761,12 @@ def test_rotated_secrets_replace_only_the_proxy_and_a_reboot_replaces_both(cloud
     for f in (node.root / "run").rglob("*"):
         if f.is_file():
             f.unlink()
+    # Another node whose clock runs ahead touched the object last: customTime cannot move
+    # back, so this boot's touch is refused, logged, and the later value stays.
+    later = "2099-01-01T00:00:00.000Z"
+    cloud.storage.objects[cloud.cache_object(node)].custom_time = later
     rebooted = time.time()
-    node.run()
+    out = node.run()
     removed = [argv[-1] for argv in node.docker_commands("rm", rebooted)]
     started = [argv[argv.index("--name") + 1] for argv in node.docker_commands("run", rebooted)]
     assert sorted(removed) == sorted(started) == ["tpuserve-proxy", "vllm-gemma4"]
@@ -621,27 +774,43 @@ def test_rotated_secrets_replace_only_the_proxy_and_a_reboot_replaces_both(cloud
     assert attrs["state"] == "ready" and attrs["container"] == "started"
     assert attrs["cache"].startswith("local files=6")  # the disk kept the compile cache
     assert len(cloud.storage.calls_of("download")) == 1  # only the first boot's miss
+    assert attrs["cache_publish"].endswith(" custom_time=failed HTTP 400 invalid")
+    assert "could not set customTime of gs://" in out
+    assert cloud.custom_time(cloud.cache_object(node)) == later
 
 
-# A 900 s pull budget is 0.9 s at the default test scale, and every attempt starts a Python:
-# where pulls fail for good, the run goes at a fifth of it.
-FAST = {"TPUSERVE_TIME_SCALE": "0.0002"}
-
-
-def test_image_pulls_are_retried_and_a_local_copy_is_a_fallback(cloud: Cloud) -> None:
+def test_image_pulls_are_retried_and_a_local_build_is_a_fallback_keyed_on_its_id(
+    cloud: Cloud,
+) -> None:
     node = cloud.node()
     (node.docker_state / "pull_failures").write_text("2")
     node.run()
     assert len(node.docker_commands("pull")) == 4  # 2 failures, then vllm and nginx
-    assert node.attrs()["image"] == "pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine"
+    assert node.attrs()["image"] == \
+        f"pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine digest={cloud.digest()}"
 
     node.stop()
     (node.root / "run/tpuserve/secrets/hf_token").unlink()  # as after a reboot: start afresh
     (node.docker_state / "pull_failures").write_text("100000")
+    # The local copy is a build of its own (docker build -t): no repo digest, only an id.
+    images_file = node.docker_state / "images.json"
+    images = json.loads(images_file.read_text())
+    image_id = "sha256:" + hashlib.sha256(b"a local build").hexdigest()
+    images[IMAGE] = {"Id": image_id, "RepoTags": [IMAGE], "RepoDigests": []}
+    images_file.write_text(json.dumps(images))
     node.env.update(FAST)
-    node.run()
-    assert node.attrs()["image"] == "local vllm/vllm-tpu:nightly nginx:1.27.3-alpine"
-    assert node.attrs()["state"] == "ready"
+    out = node.run()
+    attrs = node.attrs()
+    assert attrs["image"] == \
+        f"local vllm/vllm-tpu:nightly nginx:1.27.3-alpine id={image_id} (no repo digest)"
+    assert f"has no repo digest (built locally?): keying the compile cache on its id {image_id}" \
+        in out
+    assert attrs["state"] == "ready"
+    assert node.container("vllm-gemma4")["image"] == image_id
+    # Another build, another cache: nothing restored from the pulled build's object.
+    own_object = cache_object(node.cache_key, image_id)
+    assert attrs["cache"] == f"miss no object gs://{cloud.deployment.cache_bucket}/{own_object}"
+    assert own_object in cloud.storage.objects
 
 
 def test_an_image_that_cannot_be_pulled_fails_the_boot(cloud: Cloud) -> None:

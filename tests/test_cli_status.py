@@ -32,7 +32,7 @@ def test_status_of_a_ready_spot_stack(cli_env: Env) -> None:
     assert s["health"]["ok"] is True
     assert s["boot"]["state"] == "ready"
     assert [p["key"] for p in s["boot"]["phases"]] == [
-        "boot", "guard", "secret", "cache", "image", "container", "startup_complete", "health",
+        "boot", "guard", "secret", "image", "cache", "container", "startup_complete", "health",
     ]
     assert s["end_rule"] == "billing guard"  # the boot script's exact deadline
     assert s["ends_at"].startswith("2030-01-01T18:00:00")

@@ -120,7 +120,9 @@ def test_cache_bucket_is_private_and_expires(synthesized, stack) -> None:
     bucket = resources(doc, "google_storage_bucket")["cache_bucket"]
     assert bucket["uniform_bucket_level_access"] is True
     assert bucket["public_access_prevention"] == "enforced"
-    assert bucket["lifecycle_rule"] == [{"action": {"type": "Delete"}, "condition": {"age": 30}}]
+    # Deleted once unused for retention_days (the boot script renews customTime), not by age.
+    assert bucket["lifecycle_rule"] == [
+        {"action": {"type": "Delete"}, "condition": {"days_since_custom_time": 30}}]
     [grant] = resources(doc, "google_storage_bucket_iam_member").values()
     assert grant["bucket"] == "${google_storage_bucket.cache_bucket.name}"
     assert grant["role"] == "roles/storage.objectUser"

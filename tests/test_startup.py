@@ -14,8 +14,11 @@ import pytest
 
 from tpuserve.config import Deployment
 from tpuserve.startup import (
+    CACHE_OBJECT_PREFIX,
     GUEST_ATTRIBUTE_KEYS,
     GUEST_ATTRIBUTE_NAMESPACE,
+    cache_id,
+    cache_object,
     max_run_seconds,
     render_startup,
     startup_context,
@@ -131,9 +134,11 @@ def test_settings_evaluate_to_the_config_values(
         ctx = startup_context(d)
         assert _settings(rendered[name], '"${VLLM_CMD[@]}"') == vllm_command(d), name
         got = _settings(rendered[name], '"$PROJECT" "$ZONE" "$NODE" "$IMAGE" "$CACHE_KEY" '
-                                        '"$API_KEY_SECRET" "$CACHE_BUCKET" "$MAX_RUN_SECONDS"')
+                                        '"$API_KEY_SECRET" "$CACHE_BUCKET" "$MAX_RUN_SECONDS" '
+                                        '"$CACHE_PREFIX"')
         assert got == [d.gcp.project, d.gcp.zone, d.node_name, d.vllm.image, ctx["cache_key"],
-                       ctx["api_key_secret"], ctx["cache_bucket"], str(ctx["max_run_seconds"])]
+                       ctx["api_key_secret"], ctx["cache_bucket"], str(ctx["max_run_seconds"]),
+                       CACHE_OBJECT_PREFIX]
 
 
 def test_hostile_config_values_stay_words(rendered: dict[str, Path], tmp_path: Path) -> None:
@@ -216,3 +221,14 @@ def test_the_cache_key_follows_the_argv_and_the_bucket_switch(
         "cache_key"] != key
     assert startup_context(variants["no-cache"])["cache_bucket"] == ""
     assert startup_context(spot)["cache_bucket"] == spot.cache_bucket
+
+
+def test_the_image_digest_completes_the_cache_key() -> None:
+    digest = "sha256:0123456789ab" + "f" * 52
+    key = "3f0930acff858cd0"
+    assert cache_id(key, f"vllm/vllm-tpu@{digest}") == f"{key}-0123456789ab"
+    assert cache_id(key, digest) == f"{key}-0123456789ab"  # an image id, no repo digest
+    assert cache_object(key, digest) == f"{CACHE_OBJECT_PREFIX}{key}-0123456789ab.tar.gz"
+    for bad in ("vllm/vllm-tpu:nightly", "sha256:0123", "sha256:../../etc/passwd"):
+        with pytest.raises(ValueError, match="expected"):
+            cache_id(key, bad)

@@ -6,6 +6,7 @@ paths it writes and the guest attributes it records (namespace `GUEST_ATTRIBUTE_
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -31,9 +32,12 @@ PROXY_CONTAINER_NAME = "tpuserve-proxy"
 # (nodes.getGuestAttributes, queryPath "tpuserve/"). Keys and value format: the script header.
 GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
 GUEST_ATTRIBUTE_KEYS = (
-    "boot", "state", "guard", "secret", "cache", "image", "container", "memory", "kv_cache",
+    "boot", "state", "guard", "secret", "image", "cache", "container", "memory", "kv_cache",
     "startup_complete", "health", "cache_publish",
 )
+# Compile-cache objects in the stack's bucket: PREFIX + cache_id() + ".tar.gz".
+CACHE_OBJECT_PREFIX = "xla-cache/"
+_IMAGE_HASH_LEN = 12
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
@@ -67,6 +71,22 @@ def max_run_seconds(d: Deployment) -> int:
     return int(d.stack.max_run_hours * 3600)
 
 
+def cache_id(cache_key: str, image_digest: str) -> str:
+    """The boot script's compile-cache key: the config's key (vllm_args.compile_cache_key)
+    completed by the image as pulled, `<key>-<first 12 hex>` of its manifest digest
+    (`repo@sha256:HEX` or `sha256:HEX`), or of its image id when it has none. A tag that moves
+    is a new cache. The script derives it itself (image_identity); this mirrors it."""
+    hex_digest = image_digest.rpartition("@")[2].rpartition(":")[2]
+    if not re.fullmatch(rf"[0-9a-f]{{{_IMAGE_HASH_LEN},}}", hex_digest):
+        raise ValueError(f"image digest {image_digest!r}: expected [repo@]sha256:<hex>")
+    return f"{cache_key}-{hex_digest[:_IMAGE_HASH_LEN]}"
+
+
+def cache_object(cache_key: str, image_digest: str) -> str:
+    """The bucket object holding the compile cache of `cache_id(cache_key, image_digest)`."""
+    return f"{CACHE_OBJECT_PREFIX}{cache_id(cache_key, image_digest)}.tar.gz"
+
+
 def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> dict[str, Any]:
     """Every value the templates use. `backend_port` is only changed by tests (a free port)."""
     argv = vllm_command(d, backend_port=backend_port)
@@ -91,6 +111,7 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
         "proxy_container": PROXY_CONTAINER_NAME,
         "cache_bucket": d.cache_bucket if d.cache.enabled else "",
         "cache_key": compile_cache_key(d, argv),
+        "cache_prefix": CACHE_OBJECT_PREFIX,
         "max_run_seconds": max_run_seconds(d),
     }
     ctx["nginx_conf"] = render_nginx_conf(ctx) if d.access.api_key_proxy else ""
@@ -103,7 +124,8 @@ def render_nginx_conf(ctx: dict[str, Any]) -> str:
 
 
 def render_startup(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> str:
-    return _env.get_template("startup.sh.j2").render(**startup_context(d, backend_port=backend_port))
+    ctx = startup_context(d, backend_port=backend_port)
+    return _env.get_template("startup.sh.j2").render(**ctx)
 
 
 def node_metadata(

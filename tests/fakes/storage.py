@@ -1,18 +1,27 @@
-"""A fake Cloud Storage JSON API on 127.0.0.1: media download and media upload of one bucket.
+"""A fake Cloud Storage JSON API on 127.0.0.1: media download, media upload and metadata patch
+of one bucket.
 
 Request shapes as documented:
-  GET  /storage/v1/b/BUCKET/o/OBJECT?alt=media            (OBJECT percent-encoded: / is %2F)
-  GET  /storage/v1/b/BUCKET/o/OBJECT                       (the object resource, JSON)
-  POST /upload/storage/v1/b/BUCKET/o?uploadType=media&name=OBJECT   (body: the content)
+  GET   /storage/v1/b/BUCKET/o/OBJECT?alt=media           (OBJECT percent-encoded: / is %2F)
+  GET   /storage/v1/b/BUCKET/o/OBJECT                      (the object resource, JSON)
+  POST  /upload/storage/v1/b/BUCKET/o?uploadType=media&name=OBJECT  (body: the content)
+  PATCH /storage/v1/b/BUCKET/o/OBJECT                      (objects.patch; Content-Type
+        application/json; the body holds the fields to change: only `customTime`, an RFC 3339
+        timestamp, is supported, any other field is refused)
 Every call needs `Authorization: Bearer <token>`. Errors use the JSON API's error shape
 ({"error": {"code", "message", "errors": [{"domain", "reason", "message"}]}}). Downloads carry
 `x-goog-hash: crc32c=...,md5=...`. Point code at it with
 `CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE=<fake.endpoint>`.
+
+customTime follows the documented rule (cloud.google.com/storage/docs/metadata#custom-time):
+once set it can be neither removed nor moved earlier; an upload makes a new generation, which
+starts without one. A lifecycle rule `daysSinceCustomTime` counts from it.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import json
 import re
@@ -27,6 +36,16 @@ from .metadata import LoopbackServer
 
 _OBJECT_PATH = re.compile(r"/storage/v1/b/([^/]+)/o/([^/]+)")
 _UPLOAD_PATH = re.compile(r"/upload/storage/v1/b/([^/]+)/o")
+# RFC 3339 date-time (the JSON API's "datetime" format): seconds required, offset required.
+_RFC3339 = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[Zz]|[+-]\d\d:\d\d)")
+# Fields of the object resource that objects.patch may change. The fake implements customTime;
+# the others are refused as unsupported rather than silently ignored.
+_WRITABLE = {"customTime"}
+_PATCH_UNSUPPORTED = {
+    "acl", "cacheControl", "contentDisposition", "contentEncoding", "contentLanguage",
+    "contentType", "eventBasedHold", "metadata", "retention", "temporaryHold",
+}
 
 
 def _crc32c_table() -> list[int]:
@@ -56,6 +75,12 @@ class StoredObject:
     generation: int
     content_type: str
     created: float = field(default_factory=time.time)
+    custom_time: str | None = None  # as the last accepted PATCH sent it
+    metageneration: int = 1
+    updated: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.updated = self.updated or self.created
 
 
 @dataclass(frozen=True)
@@ -64,7 +89,7 @@ class StorageCall:
 
     at: float
     method: str
-    kind: str  # "download", "metadata", "upload" or "other"
+    kind: str  # "download", "metadata", "upload", "patch" or "other"
     name: str
     status: int
 
@@ -81,6 +106,7 @@ class FakeStorage:
         self.download_delay = 0.0  # seconds before answering a GET (a storage timeout)
         self._generation = 1_700_000_000_000_000
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # ends a delayed answer early: stop() stays fast
         self.server = LoopbackServer(self._handle)
 
     @property
@@ -93,6 +119,7 @@ class FakeStorage:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self.server.stop()
 
     def put(self, name: str, data: bytes, content_type: str = "application/gzip") -> None:
@@ -107,7 +134,7 @@ class FakeStorage:
     # -- request handling
     def _handle(self, request: Request) -> Response:
         if self.download_delay and request.method == "GET":
-            time.sleep(self.download_delay)
+            self._stopping.wait(self.download_delay)
         kind, name, response = self._route(request)
         with self._lock:
             self.calls.append(
@@ -132,6 +159,8 @@ class FakeStorage:
         if m := _OBJECT_PATH.fullmatch(raw_path):
             # The object name is ONE path segment: a raw "/" in it would not match above.
             name = unquote(m[2])
+            if request.method == "PATCH":
+                return "patch", name, self._patch(unquote(m[1]), name, request)
             if request.method != "GET":
                 return "other", name, _error(405, "methodNotAllowed", "Method Not Allowed")
             alt = request.args.get("alt", "json")
@@ -186,15 +215,50 @@ class FakeStorage:
             obj = self.objects[name]
         return Response(json.dumps(self._resource(name, obj)), 200, mimetype="application/json")
 
+    def _patch(self, bucket: str, name: str, request: Request) -> Response:
+        if err := self._bucket_error(bucket):
+            return err
+        if request.mimetype != "application/json":
+            return _error(400, "parseError", "Parse Error: the body must be application/json")
+        try:
+            body = json.loads(request.get_data() or b"{}")
+        except ValueError:
+            return _error(400, "parseError", "Parse Error")
+        if not isinstance(body, dict):
+            return _error(400, "parseError", "Parse Error: expected a JSON object")
+        for key in body:
+            if key in _PATCH_UNSUPPORTED:
+                return _error(400, "invalid", f"fake storage: patching {key} is not supported")
+            if key not in _WRITABLE:
+                return _error(400, "invalid", f"Invalid JSON payload received. Unknown name "
+                              f"\"{key}\": Cannot find field.")
+        value = body.get("customTime")
+        when = _parse_rfc3339(value) if isinstance(value, str) else None
+        if "customTime" in body and when is None:
+            return _error(400, "invalid", f"Invalid value for customTime: {value!r}")
+        with self._lock:
+            obj = self.objects.get(name)
+            if obj is None:
+                return _error(404, "notFound", f"No such object: {bucket}/{name}")
+            if when is not None:
+                if obj.custom_time is not None and when < _parse_rfc3339(obj.custom_time):
+                    return _error(400, "invalid", "The customTime of an object cannot be "
+                                  "decreased or removed.")
+                obj.custom_time = value
+            obj.metageneration += 1
+            obj.updated = time.time()
+            resource = self._resource(name, obj)
+        return Response(json.dumps(resource), 200, mimetype="application/json")
+
     def _resource(self, name: str, obj: StoredObject) -> dict[str, object]:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(obj.created))
-        return {
+        resource: dict[str, object] = {
             "kind": "storage#object",
             "id": f"{self.bucket}/{name}/{obj.generation}",
             "name": name,
             "bucket": self.bucket,
             "generation": str(obj.generation),
-            "metageneration": "1",
+            "metageneration": str(obj.metageneration),
             "contentType": obj.content_type,
             "storageClass": "STANDARD",
             "size": str(len(obj.data)),
@@ -202,8 +266,22 @@ class FakeStorage:
             "crc32c": _b64_crc(obj.data),
             "etag": base64.b64encode(str(obj.generation).encode()).decode(),
             "timeCreated": stamp,
-            "updated": stamp,
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(obj.updated)),
         }
+        if obj.custom_time is not None:
+            resource["customTime"] = obj.custom_time
+        return resource
+
+
+def _parse_rfc3339(text: str) -> dt.datetime | None:
+    if not _RFC3339.fullmatch(text):
+        return None
+    # fromisoformat takes at most 6 fraction digits; a customTime's extra ones do not matter.
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text).replace("z", "Z")
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _b64_md5(data: bytes) -> str:
