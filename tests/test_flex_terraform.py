@@ -101,9 +101,11 @@ def test_provisioners_read_only_self(flex) -> None:
                        ["provisioner"])
     python = "$${TPUSERVE_PYTHON:-pipenv run python}"
     assert create["command"] == f"{python} -m tpuserve.queued_resource create"
-    assert create["environment"] == {"TPUSERVE_QR_NAME": "${self.input.name}",
-                                     "TPUSERVE_QR_BODY": "${jsonencode(self.input.body)}",
-                                     "TPUSERVE_QR_GENERATION": "${self.triggers_replace.generation}"}
+    assert create["environment"] == {
+        "TPUSERVE_QR_NAME": "${self.input.name}",
+        "TPUSERVE_QR_BODY": "${jsonencode(self.input.body)}",
+        "TPUSERVE_QR_GENERATION": "${self.triggers_replace.generation}",
+    }
     assert destroy == {"when": "destroy", "command": f"{python} -m tpuserve.queued_resource delete",
                        "environment": {"TPUSERVE_QR_NAME": "${self.input.name}"},
                        "working_dir": "${path.module}/../../.."}

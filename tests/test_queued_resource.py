@@ -461,7 +461,7 @@ def test_delete_of_a_deleting_qr_only_waits(api, client, clock) -> None:
 
 def test_delete_without_force_is_refused_while_the_node_exists(api, client) -> None:
     api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body())
-    with pytest.raises(ApiError, match="FAILED_PRECONDITION: .* still has nodes"):
+    with pytest.raises(ApiError, match=r"FAILED_PRECONDITION: .* still has nodes"):
         client.delete_queued_resource(REF, force=False)
 
 
@@ -502,7 +502,8 @@ def test_api_root_follows_gcloud_variables() -> None:
     env = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": "http://127.0.0.1:8123"}
     assert api_root("secretmanager", google_api.SECRETMANAGER_API, env) == (
         "http://127.0.0.1:8123/")
-    with pytest.raises(ValueError, match="CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU = 'tpu.local'"):
+    bad = re.escape("CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU = 'tpu.local'")
+    with pytest.raises(ValueError, match=bad):
         api_root("tpu", google_api.TPU_API, {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": "tpu.local"})
 
 

@@ -121,7 +121,7 @@ def test_added_resource_by_address(commits: tuple[Review, str]) -> None:
     for stack in ("spot", "flex"):
         added = [c.address for c in r.stack(stack).resources if c.action == "added"]
         assert added == ["google_compute_firewall.firewall_api"]
-    assert "➕ `google_compute_firewall.firewall_api` (added)" in md
+    assert "➕ `google_compute_firewall.firewall_api` (added)" in md  # noqa: RUF001
     assert "**Terraform**: 1 to add, 2 to change, 0 to destroy" in md
 
 
@@ -139,8 +139,8 @@ def test_changed_flag_with_its_measured_rule(commits: tuple[Review, str]) -> Non
     [flag] = r.stack("spot").argv
     assert (flag.name, flag.old, flag.new) == ("--max-model-len", "32768", "16384")
     assert flag.rule == rule_for("--max-model-len").rule
-    assert "| `--max-model-len` (`vllm.max_model_len`) | `32768` | `16384` | the backend keeps " \
-           "512 blocks per request" in md
+    assert ("| `--max-model-len` (`vllm.max_model_len`) | `32768` | `16384` | the backend keeps "
+            "512 blocks per request") in md
 
 
 def test_capacity_delta_from_the_planner(commits: tuple[Review, str]) -> None:

@@ -163,8 +163,8 @@ def _check(value: object, schema: object, path: str, output_only: frozenset[str]
     ok = {
         "str": isinstance(value, str),
         "bool": isinstance(value, bool),
-        "int": isinstance(value, int) and not isinstance(value, bool)
-        or isinstance(value, str) and value.isdigit(),
+        "int": (isinstance(value, int) and not isinstance(value, bool))
+        or (isinstance(value, str) and value.isdigit()),
         "duration": isinstance(value, str) and bool(_DURATION_RE.fullmatch(value)),
         "timestamp": isinstance(value, str) and bool(_TIMESTAMP_RE.fullmatch(value)),
         "map": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
