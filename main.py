@@ -6,6 +6,7 @@ stack are printed together and stop synth before any file is written; warnings a
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -45,7 +46,10 @@ def main() -> int:
     for name, d in deployments.items():
         for warning in all_warnings(d):
             print(f"tpuserve: warning: [{name}] {warning}", file=sys.stderr)
-    build_app(deployments).synth()
+    # Absolute: jsii's node process keeps the cwd it started with. The cdktf CLI names the
+    # directory in CDKTF_OUTDIR.
+    outdir = os.environ.get("CDKTF_OUTDIR") or os.path.abspath("cdktf.out")
+    build_app(deployments, outdir=outdir).synth()
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpuserve.config import Deployment
-from tpuserve.startup import node_metadata
+from tpuserve.node_metadata import node_metadata
 
 from .base import ServingStack, tf_literal
 from .cdk import (

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +55,44 @@ def synthesized(synth_dir: Path) -> dict[str, dict[str, Any]]:
         p.name: json.loads((p / "cdk.tf.json").read_text())
         for p in sorted((synth_dir / "stacks").iterdir())
     }
+
+
+# The ordinary provider import costs ~10 s of one core: the synthesis through that path starts
+# in a child process as soon as collection ends, and runs on the other core while the suite
+# goes on; test_cdk_import waits for it.
+FULL_IMPORT_TEST = "test_full_import_synthesizes_identical_json"
+_full_synth: dict[str, object] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not any(FULL_IMPORT_TEST in item.nodeid for item in session.items):
+        return
+    outdir = Path(tempfile.mkdtemp(prefix="tpuserve-full-import-"))
+    root = Path(__file__).resolve().parent.parent
+    _full_synth["outdir"] = outdir
+    _full_synth["proc"] = subprocess.Popen(
+        [sys.executable, str(root / "bench" / "synth"), "--once", "full", str(outdir)],
+        env={**os.environ, "TPUSERVE_CDK_IMPORT": "full"}, cwd=root,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    proc = _full_synth.get("proc")
+    if isinstance(proc, subprocess.Popen) and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if "outdir" in _full_synth:
+        shutil.rmtree(str(_full_synth["outdir"]), ignore_errors=True)
+
+
+@pytest.fixture
+def full_import_synth() -> tuple[dict[str, object], Path]:
+    """(the figures the child printed, its output directory), once the child is done."""
+    proc = _full_synth["proc"]
+    assert isinstance(proc, subprocess.Popen)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    outdir = _full_synth["outdir"]
+    assert isinstance(outdir, Path)
+    return json.loads(out.strip().splitlines()[-1]), outdir

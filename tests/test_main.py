@@ -2,46 +2,49 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+
+import main
 
 
-def run_main(tmp_path: Path, toml: str) -> subprocess.CompletedProcess[str]:
+def run_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str) -> int:
+    """main.main() in tmp_path (cdktf.out lands in the cwd), with a user config file."""
     user = tmp_path / "user.toml"
     user.write_text(toml)
-    env = {**os.environ, "TPUSERVE_CONFIG": str(user), "PYTHONPATH": str(ROOT)}
-    env.pop("CDKTF_OUTDIR", None)
-    return subprocess.run([sys.executable, str(ROOT / "main.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    monkeypatch.setenv("TPUSERVE_CONFIG", str(user))
+    monkeypatch.delenv("TPUSERVE_PROJECT", raising=False)
+    monkeypatch.delenv("CDKTF_OUTDIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return main.main()
 
 
-def test_errors_are_listed_together_and_nothing_is_written(tmp_path: Path) -> None:
-    proc = run_main(tmp_path, '[vllm]\ngpu_memory_utilization = 0.95\nkv_cache_dtype = "int8"\n'
-                              '[tpu]\naccelerator_type = "v5e-1"\n')
-    assert proc.returncode == 1
-    assert "vllm.gpu_memory_utilization = 0.95" in proc.stderr
-    assert "vllm.kv_cache_dtype = 'int8'" in proc.stderr
-    assert "tpu.accelerator_type = 'v5e-1'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_errors_are_listed_together_and_nothing_is_written(tmp_path, monkeypatch, capsys) -> None:
+    code = run_main(tmp_path, monkeypatch,
+                    '[vllm]\ngpu_memory_utilization = 0.95\nkv_cache_dtype = "int8"\n'
+                    '[tpu]\naccelerator_type = "v5e-1"\n')
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "vllm.gpu_memory_utilization = 0.95" in err
+    assert "vllm.kv_cache_dtype = 'int8'" in err
+    assert "tpu.accelerator_type = 'v5e-1'" in err
     assert not (tmp_path / "cdktf.out").exists()
 
 
-def test_warnings_are_printed_and_synth_proceeds(tmp_path: Path) -> None:
-    proc = run_main(tmp_path, '[vllm]\nkv_cache_dtype = "fp8"\n')
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("warning: [") == 3 and "1.000x" in proc.stderr
+def test_capacity_rules_stop_synth_too(tmp_path, monkeypatch, capsys) -> None:
+    code = run_main(tmp_path, monkeypatch, "[stacks.spot.vllm]\nmax_model_len = 524288\n"
+                                           "[stacks.flex.vllm]\nkv_cache_dtype = 'nvfp4'\n")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "[spot] vllm.max_model_len = 524288" in err and "pool holds" in err
+    assert "[flex] vllm.kv_cache_dtype = 'nvfp4'" in err
+    assert not (tmp_path / "cdktf.out").exists()
+
+
+def test_warnings_are_printed_and_synth_proceeds(tmp_path, monkeypatch, capsys) -> None:
+    assert run_main(tmp_path, monkeypatch, '[vllm]\nkv_cache_dtype = "fp8"\n') == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: [") == 3 and "1.000x" in err
     assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
         "flex", "ondemand", "spot"]
-
-
-def test_capacity_rules_stop_synth_too(tmp_path: Path) -> None:
-    proc = run_main(tmp_path, "[stacks.spot.vllm]\nmax_model_len = 524288\n"
-                              "[stacks.flex.vllm]\nkv_cache_dtype = 'nvfp4'\n")
-    assert proc.returncode == 1
-    assert "[spot] vllm.max_model_len = 524288" in proc.stderr and "pool holds" in proc.stderr
-    assert "[flex] vllm.kv_cache_dtype = 'nvfp4'" in proc.stderr
-    assert not (tmp_path / "cdktf.out").exists()

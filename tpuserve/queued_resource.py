@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from .google_api import CLOUD_PLATFORM_SCOPE, TPU_API, ApiError, GoogleApi
-from .startup import node_metadata
+from .node_metadata import node_metadata
 
 if TYPE_CHECKING:  # the provisioner path must not pay for pydantic
     from .config import Deployment

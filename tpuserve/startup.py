@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
 from typing import Any
 
 import jinja2
@@ -127,10 +126,3 @@ def render_startup(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> s
     ctx = startup_context(d, backend_port=backend_port)
     return _env.get_template("startup.sh.j2").render(**ctx)
 
-
-def node_metadata(
-    startup_script: str, *, escape: Callable[[str], str] = lambda s: s
-) -> dict[str, str]:
-    """The node's metadata: the boot script, and guest attributes switched on (off by
-    default on Compute Engine) so the boot phases can be read through the TPU API."""
-    return {"startup-script": escape(startup_script), "enable-guest-attributes": "TRUE"}

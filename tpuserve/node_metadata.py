@@ -1,0 +1,16 @@
+"""The TPU node's metadata, shared by the VM stacks and the flex queued-resource body.
+
+Kept free of imports: the Terraform provisioners import it on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def node_metadata(
+    startup_script: str, *, escape: Callable[[str], str] = lambda s: s
+) -> dict[str, str]:
+    """The node's metadata: the boot script, and guest attributes switched on (off by
+    default on Compute Engine) so the boot phases can be read through the TPU API."""
+    return {"startup-script": escape(startup_script), "enable-guest-attributes": "TRUE"}
