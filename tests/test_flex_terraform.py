@@ -281,7 +281,9 @@ def test_terraform_drives_the_queued_resource_lifecycle(flex, api, tmp_path) -> 
     assert all(r.authorized for r in api.requests)
 
 
-def test_a_body_too_big_for_the_environment_is_refused_at_synth(flex, monkeypatch) -> None:
+def test_a_body_too_big_for_the_environment_is_refused_at_synth(
+    flex, monkeypatch, tmp_path: Path
+) -> None:
     import stacks.base
     from stacks.cdk import App
     from stacks.flex import FlexStack
@@ -289,4 +291,4 @@ def test_a_body_too_big_for_the_environment_is_refused_at_synth(flex, monkeypatc
     d, _ = flex["base"]
     monkeypatch.setattr(stacks.base, "render_startup", lambda _d: "#!/bin/bash\n" + "x" * 100_000)
     with pytest.raises(ValueError, match=r"body is 100,\d{3} characters: at most 100,000"):
-        FlexStack(App(), d)
+        FlexStack(App(outdir=str(tmp_path)), d)  # no outdir: it would land in the repo
