@@ -46,6 +46,7 @@ def _import_mode() -> str:
     if os.environ.get("TPUSERVE_CDK_IMPORT") == "full":
         importlib.import_module(_PKG)
         return "full"
+    _lazy_node_provider()
     try:
         return _register_lean_package()
     except ImportError:
@@ -59,6 +60,14 @@ def _pin_node() -> None:
     node = REPO_ROOT / "node_modules" / ".bin" / "node"
     if "JSII_NODE" not in os.environ and node.exists():
         os.environ["JSII_NODE"] = str(node)
+
+
+def _lazy_node_provider() -> None:
+    """The same trick on the Node side: lazy exports for the provider's lib/index.js."""
+    hook = f'--require="{Path(__file__).with_name("lazy_provider.cjs")}"'  # quoted: spaces
+    options = os.environ.get("NODE_OPTIONS", "")
+    if hook not in options:
+        os.environ["NODE_OPTIONS"] = f"{options} {hook}".strip()
 
 
 _pin_node()
