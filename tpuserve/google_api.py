@@ -158,15 +158,33 @@ def authorized_session(environ: Mapping[str, str] | None = None) -> requests.Ses
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token}"
         return session
-    import google.auth  # lazy: the token path (provisioners, tests) never pays for it
-    import google.auth.exceptions
+    # lazy: the token path (provisioners, tests) never pays for google.auth
     from google.auth.transport.requests import AuthorizedSession
+
+    return AuthorizedSession(default_credentials())
+
+
+def default_credentials() -> Any:
+    """Application Default Credentials for the cloud-platform scope, or CredentialsError."""
+    import google.auth
+    import google.auth.exceptions
 
     try:
         credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
     except google.auth.exceptions.DefaultCredentialsError as exc:
         raise CredentialsError(f"no Application Default Credentials ({exc})") from None
-    return AuthorizedSession(credentials)
+    return credentials
+
+
+def credentials(environ: Mapping[str, str] | None = None) -> Any:
+    """google-auth credentials: CLOUDSDK_AUTH_ACCESS_TOKEN as a bearer token, else ADC."""
+    env = os.environ if environ is None else environ
+    token = env.get(TOKEN_ENV, "").strip()
+    if token:
+        from google.oauth2.credentials import Credentials
+
+        return Credentials(token=token)
+    return default_credentials()
 
 
 class GoogleApi:

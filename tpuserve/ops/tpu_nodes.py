@@ -16,14 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuserve.config import Deployment
-from tpuserve.google_api import (
-    CLOUD_PLATFORM_SCOPE,
-    TOKEN_ENV,
-    TPU_API,
-    ApiError,
-    CredentialsError,
-    api_root,
-)
+from tpuserve.google_api import TPU_API, ApiError, CredentialsError, api_root, credentials
 
 # One API call's deadline; callers poll, so a slow answer is retried by the caller's loop.
 CALL_TIMEOUT_S = 30.0
@@ -47,22 +40,6 @@ def node_path(d: Deployment) -> str:
     return f"projects/{d.gcp.project}/locations/{d.gcp.zone}/nodes/{d.node_name}"
 
 
-def _credentials(environ: Mapping[str, str]) -> Any:
-    token = environ.get(TOKEN_ENV, "").strip()
-    if token:
-        from google.oauth2.credentials import Credentials
-
-        return Credentials(token=token)
-    import google.auth
-    import google.auth.exceptions
-
-    try:
-        creds, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-    except google.auth.exceptions.DefaultCredentialsError as exc:
-        raise CredentialsError(f"no Application Default Credentials ({exc})") from None
-    return creds
-
-
 def make_client(environ: Mapping[str, str] | None = None) -> Any:
     """google.cloud.tpu_v2.TpuClient on the REST transport at gcloud's TPU endpoint."""
     from google.cloud import tpu_v2
@@ -77,7 +54,7 @@ def make_client(environ: Mapping[str, str] | None = None) -> Any:
     return tpu_v2.TpuClient(
         transport="rest",
         client_options={"api_endpoint": root.rstrip("/")},
-        credentials=_credentials(env),
+        credentials=credentials(env),
     )
 
 
