@@ -37,26 +37,31 @@ QR = "projects/tpuserve-placeholder/locations/us-west4-a/queuedResources/tpuserv
 PROBE_REF = "${data.external.qr_probe.result.generation}"
 
 
-def flex_deployments() -> dict[str, Deployment]:
-    """The default flex deployment and the 'changed' one (a 2h run instead of 4h)."""
+def changed_flex(base: Deployment) -> Deployment:
+    """The 'changed' flex deployment: a 2h run instead of 4h."""
     raw = load_raw(environ={})
-    raw["stacks"] = {"flex": raw["stacks"]["flex"]}
-    base = build_deployments(raw)
-    raw["stacks"]["flex"]["max_run_duration"] = "2h"
-    return {"base": base["flex"], "changed": build_deployments(raw)["flex"]}
+    raw["stacks"] = {"flex": {**raw["stacks"]["flex"], "max_run_duration": "2h"}}
+    changed = build_deployments(raw)["flex"]
+    assert changed.stack.max_run_duration != base.stack.max_run_duration
+    return changed
 
 
 @pytest.fixture(scope="module")
-def flex(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Each flex variant synthesized once for the whole module: {variant: (deployment, doc)}."""
+def flex(
+    tmp_path_factory: pytest.TempPathFactory, deployments, synthesized
+) -> dict[str, Any]:
+    """{variant: (deployment, doc)}: the session's synthesized flex stack, and the changed one
+    synthesized once for the module."""
     import main
 
-    out: dict[str, Any] = {}
-    for variant, d in flex_deployments().items():
-        outdir = tmp_path_factory.mktemp(f"flex-{variant}")
-        main.build_app({"flex": d}, outdir=str(outdir)).synth()
-        out[variant] = (d, json.loads((outdir / "stacks/flex/cdk.tf.json").read_text()))
-    return out
+    base = deployments["flex"]
+    changed = changed_flex(base)
+    outdir = tmp_path_factory.mktemp("flex-changed")
+    main.build_app({"flex": changed}, outdir=str(outdir)).synth()
+    return {
+        "base": (base, synthesized["flex"]),
+        "changed": (changed, json.loads((outdir / "stacks/flex/cdk.tf.json").read_text())),
+    }
 
 
 def untemplate(text: str) -> str:
