@@ -101,12 +101,19 @@ def test_firewall_default_closed_api_and_iap_ssh(synthesized, stack) -> None:
     assert ssh["target_tags"] == [f"tpuserve-{stack}"]
 
 
-def test_configured_ranges_open_the_api_port(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """spot and ondemand synthesized once with non-default access ranges and GCS state."""
     raw = load_raw(environ={})
     raw["access"] = {"api_source_ranges": ["203.0.113.0/24"],
                      "ssh_source_ranges": ["198.51.100.7/32"]}
-    raw["stacks"] = {"spot": raw["stacks"]["spot"]}
-    doc = synth(build_deployments(raw), tmp_path)["spot"]
+    raw["state"] = {"gcs_bucket": "team-tfstate", "gcs_prefix": "serving"}
+    raw["stacks"] = {k: raw["stacks"][k] for k in ("spot", "ondemand")}
+    return synth(build_deployments(raw), tmp_path_factory.mktemp("configured"))
+
+
+def test_configured_ranges_open_the_api_port(configured) -> None:
+    doc = configured["spot"]
     rules = resources(doc, "google_compute_firewall")
     assert rules["firewall_api"]["source_ranges"] == ["203.0.113.0/24"]
     assert rules["firewall_api"]["allow"] == [{"protocol": "tcp", "ports": ["8000"]}]
@@ -162,12 +169,9 @@ def test_stable_addresses_and_stack_prefixed_names(synthesized, stack) -> None:
             assert name.startswith(f"tpuserve-{stack}-")
 
 
-def test_state_backend_local_by_default_gcs_when_configured(synthesized, tmp_path: Path) -> None:
+def test_state_backend_local_by_default_gcs_when_configured(synthesized, configured) -> None:
     assert synthesized["flex"]["terraform"]["backend"] == {
         "local": {"path": "../../../terraform.flex.tfstate"}}
-    raw = load_raw(environ={})
-    raw["state"] = {"gcs_bucket": "team-tfstate", "gcs_prefix": "serving"}
-    raw["stacks"] = {"ondemand": raw["stacks"]["ondemand"]}
-    doc = synth(build_deployments(raw), tmp_path)["ondemand"]
+    doc = configured["ondemand"]
     assert doc["terraform"]["backend"] == {
         "gcs": {"bucket": "team-tfstate", "prefix": "serving/ondemand"}}
