@@ -77,16 +77,13 @@ IMPORT_MODE = _import_mode()
 from cdktf import (  # noqa: F401
     App,
     DataResource,
-    Fn,
     GcsBackend,
     LocalBackend,
     LocalExecProvisioner,
     TerraformDataSource,
     TerraformOutput,
     TerraformProvider,
-    TerraformResourceLifecycle,
     TerraformStack,
-    Testing,
 )
 from cdktf_cdktf_provider_google_beta.google_compute_firewall import (  # noqa: F401
     GoogleComputeFirewall,
