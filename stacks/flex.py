@@ -44,11 +44,13 @@ from .cdk import (
 # The one provider besides google-beta: hashicorp/external runs the probe at plan time.
 EXTERNAL_PROVIDER_SOURCE = "hashicorp/external"
 EXTERNAL_PROVIDER_VERSION = "~> 2.3"
-# The project's Python. `$${` is Terraform's escape for a literal `${`, so the shell sees
-# ${TPUSERVE_PYTHON:-pipenv run python}: set TPUSERVE_PYTHON to use another interpreter.
-PYTHON = "$${TPUSERVE_PYTHON:-pipenv run python}"
+# The project's Python: the venv `./dev setup` makes, relative to the repo root (every
+# provisioner's working_dir), so it works whatever is on PATH. `$${` is Terraform's escape for
+# a literal `${`: the shell sees ${TPUSERVE_PYTHON:-.venv/bin/python}, so TPUSERVE_PYTHON
+# (a path, or words such as `pipenv run python`) picks another interpreter.
+PYTHON = "$${TPUSERVE_PYTHON:-.venv/bin/python}"
 CLIENT = f"{PYTHON} -m tpuserve.queued_resource"
-# terraform runs in cdktf.out/stacks/flex: the repo root (pipenv's Pipfile) is three up.
+# terraform runs in cdktf.out/stacks/flex: the repo root is three up.
 REPO_ROOT = "${path.module}/../../.."
 # The body reaches the create step as one environment string; Linux caps one at 128 KiB
 # (MAX_ARG_STRLEN), and Terraform's jsonencode escapes <, > and & to six characters each.

@@ -104,7 +104,7 @@ def test_provisioners_read_only_self(flex) -> None:
     create, destroy = (p["local-exec"]
                        for p in doc["resource"]["terraform_data"]["queued_resource"]
                        ["provisioner"])
-    python = "$${TPUSERVE_PYTHON:-pipenv run python}"
+    python = "$${TPUSERVE_PYTHON:-.venv/bin/python}"
     assert create["command"] == f"{python} -m tpuserve.queued_resource create"
     assert create["environment"] == {
         "TPUSERVE_QR_NAME": "${self.input.name}",
@@ -114,13 +114,13 @@ def test_provisioners_read_only_self(flex) -> None:
     assert destroy == {"when": "destroy", "command": f"{python} -m tpuserve.queued_resource delete",
                        "environment": {"TPUSERVE_QR_NAME": "${self.input.name}"},
                        "working_dir": "${path.module}/../../.."}
-    assert create["working_dir"] == "${path.module}/../../.."  # the repo root: pipenv's Pipfile
+    assert create["working_dir"] == "${path.module}/../../.."  # the repo root: .venv/bin/python
 
 
 def test_probe_is_an_external_data_source(flex) -> None:
     _, doc = flex["base"]
     probe = doc["data"]["external"]["qr_probe"]
-    command = "exec $${TPUSERVE_PYTHON:-pipenv run python} -m tpuserve.queued_resource probe"
+    command = "exec $${TPUSERVE_PYTHON:-.venv/bin/python} -m tpuserve.queued_resource probe"
     assert probe["program"] == ["sh", "-c", command]
     assert probe["query"] == {"name": QR}
     assert doc["terraform"]["required_providers"]["external"] == {
@@ -297,3 +297,24 @@ def test_a_body_too_big_for_the_environment_is_refused_at_synth(
     monkeypatch.setattr(stacks.base, "render_startup", lambda _d: "#!/bin/bash\n" + "x" * 100_000)
     with pytest.raises(ValueError, match=r"body is 100,\d{3} characters: at most 100,000"):
         FlexStack(App(outdir=str(tmp_path)), d)  # no outdir: it would land in the repo
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists(),
+                    reason="no .venv in the repo: `./dev setup` makes the interpreter the "
+                           "provisioners default to")
+def test_the_probe_runs_with_nothing_on_path(flex, api, tmp_path) -> None:
+    """A user who types `cdktf deploy flex` has neither pipenv nor our venv on PATH:
+    the synthesized program still finds the project's interpreter (issue 9)."""
+    _, doc = flex["base"]
+    source = doc["data"]["external"]["qr_probe"]
+    program = [untemplate(arg) for arg in source["program"]]
+    # ${path.module}/../../.. from cdktf.out/stacks/flex is the repo root.
+    assert source["working_dir"] == "${path.module}/../../.."
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **api.environ()}
+    done = subprocess.run(program, input=json.dumps(source["query"]), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "generation" in json.loads(done.stdout)
