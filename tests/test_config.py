@@ -165,7 +165,7 @@ def test_image_tag_or_digest_accepted(image: str) -> None:
 
 def test_image_garbage_rejected() -> None:
     [msg] = problems(vllm={"image": "Not An Image"})
-    assert "not a valid image reference" in msg
+    assert "must be an image reference" in msg
 
 
 def test_wrong_types_and_ranges_all_reported_at_once() -> None:
