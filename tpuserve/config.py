@@ -353,6 +353,20 @@ class PricingSettings(StrictModel):
     flex: Price = 0.6000
     ondemand: Price = 1.2000
 
+    @field_validator("spot", "flex", "ondemand", mode="before")
+    @classmethod
+    def _price(cls, v: object, info: ValidationInfo) -> object:
+        if isinstance(v, int | float) and not isinstance(v, bool) and not (
+            0 < v <= MAX_USD_PER_CHIP_HOUR
+        ):
+            raise _spec_error(
+                f"pricing.{info.field_name}", v,
+                f"must be a finite $/chip-hour above 0 and at most {MAX_USD_PER_CHIP_HOUR:g}",
+                "SPEC 2: list prices are 0.58-1.20 $/chip-hour; a larger number is a price "
+                "per month or in cents, and every cost figure would be wrong",
+            )
+        return v
+
 
 class CacheSettings(StrictModel):
     """The XLA compile cache kept in a per-stack Cloud Storage bucket (SPEC 4: 857 s -> 497 s)."""
@@ -594,7 +608,18 @@ def _format_error(stack: str, err: Mapping[str, Any]) -> str:
     where = ".".join(str(p) for p in err["loc"]) or "(top level)"
     value = err.get("input")
     text = "" if isinstance(value, Mapping) else f" = {shown(value)}"
-    return f"[{stack}] {where}{text}: {msg}"
+    return f"[{stack}] {where}{text}: {msg}{_type_hint(err['type'], value)}"
+
+
+def _type_hint(kind: str, value: object) -> str:
+    """Strict types: say how TOML spells the wanted type."""
+    if kind in ("int_type", "bool_type", "float_type", "finite_number") and isinstance(value, str):
+        return " (TOML has types: write the value without quotes, e.g. 8000 or true)"
+    if kind == "string_type":
+        return " (TOML has types: a string is quoted)"
+    if kind == "int_type" and isinstance(value, bool | float):
+        return " (TOML has types: an integer has no decimal point and is not true/false)"
+    return ""
 
 
 # Keys the loader sets itself: the stack's name (from its [stacks.NAME] table) and the stack's
@@ -669,8 +694,11 @@ def merge_stacks(problems: list[str]) -> list[str]:
     by_msg: dict[str, list[str]] = {}
     for p in problems:
         stack, _, msg = p.partition("] ")
+        if not p.startswith("[") or not msg:  # a problem of the file, not of a stack
+            by_msg.setdefault(p, [])
+            continue
         by_msg.setdefault(msg, []).append(stack.lstrip("["))
-    return [f"[{', '.join(stacks)}] {msg}" for msg, stacks in by_msg.items()]
+    return [f"[{', '.join(stacks)}] {msg}" if stacks else msg for msg, stacks in by_msg.items()]
 
 
 def load_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Deployment]:
