@@ -330,8 +330,10 @@ class AccessSettings(StrictModel):
             try:
                 net = ipaddress.ip_network(cidr, strict=True)
             except ValueError as exc:
+                # ipaddress repeats the value: only a short printable one is worth its words.
+                why = f" ({exc})" if re.fullmatch(r"[ -~]{1,64}", cidr) else ""
                 raise ValueError(
-                    f"{setting}: {shown(cidr)} is not a CIDR ({exc})"
+                    f"{setting}: {shown(cidr)} is not a CIDR like 203.0.113.0/24{why}"
                 ) from None
             if str(net) != cidr:  # a CIDR in its one canonical spelling, nothing around it
                 raise ValueError(
@@ -605,7 +607,11 @@ def _format_error(stack: str, err: Mapping[str, Any]) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "value_error" and " = " in msg.split(":", 1)[0]:
         return f"[{stack}] {msg}"  # our own rule: it already names setting and value
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    # A key the user wrote is part of the location: shown like a value unless it is a plain word.
+    where = ".".join(
+        str(p) if re.fullmatch(r"[A-Za-z0-9_\[\]-]{1,64}", str(p)) else shown(p)
+        for p in err["loc"]
+    ) or "(top level)"
     value = err.get("input")
     text = "" if isinstance(value, Mapping) else f" = {shown(value)}"
     return f"[{stack}] {where}{text}: {msg}{_type_hint(err['type'], value)}"

@@ -104,9 +104,9 @@ GCS_BUCKET = Rule(
     222,
 )
 GCS_PREFIX = Rule(
-    r"[A-Za-z0-9_-][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*",
-    "an object-name prefix: '/'-separated parts of letters, digits, '_', '.', '-', none "
-    "starting with '.'",
+    r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*",
+    "an object-name prefix: '/'-separated parts of letters, digits, '_', '.', '-', each "
+    "starting with a letter, digit or '_'",
     200,
 )
 DURATION = Rule(
