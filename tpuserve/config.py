@@ -621,10 +621,12 @@ def _type_hint(kind: str, value: object) -> str:
     """Strict types: say how TOML spells the wanted type."""
     if kind in ("int_type", "bool_type", "float_type", "finite_number") and isinstance(value, str):
         return " (TOML has types: write the value without quotes, e.g. 8000 or true)"
+    if kind == "bool_type":
+        return " (TOML has types: a boolean is true or false)"
+    if kind == "int_type":
+        return " (TOML has types: an integer has no decimal point and is not true/false)"
     if kind == "string_type":
         return " (TOML has types: a string is quoted)"
-    if kind == "int_type" and isinstance(value, bool | float):
-        return " (TOML has types: an integer has no decimal point and is not true/false)"
     return ""
 
 
