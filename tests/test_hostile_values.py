@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from stacks.literals import escape_literals
-from tpuserve.config import Deployment, load_raw, validate
+from tpuserve.config import REPO_ROOT, Deployment, load_raw, validate
 from tpuserve.startup import render_nginx_conf, render_startup, startup_context, vllm_command
 
 BASE = load_raw(environ={})
@@ -292,3 +292,14 @@ def test_terraform_evaluates_every_value_to_the_literal(landed, tmp_path: Path) 
     subprocess.run([TERRAFORM, "apply", "-auto-approve", "-input=false", "-no-color"], **run)
     got = json.loads(subprocess.run([TERRAFORM, "output", "-json"], **run).stdout)
     assert {k: v["value"] for k, v in got.items()} == values
+
+
+def test_no_template_writes_a_value_into_a_comment_or_a_heredoc() -> None:
+    """A newline in a value would end a comment; a value holding the terminator a heredoc."""
+    for template in sorted((REPO_ROOT / "templates").glob("*.j2")):
+        rendered_part = re.sub(r"{% raw %}.*?{% endraw %}", "", template.read_text(),
+                               flags=re.DOTALL)
+        for n, line in enumerate(rendered_part.splitlines(), 1):
+            if "#" in line:
+                assert "{{" not in line[line.index("#"):], f"{template.name}: {line}"
+            assert "<<" not in line, f"{template.name}: a heredoc around values: {line}"
