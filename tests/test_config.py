@@ -353,7 +353,7 @@ def test_durations_are_exact_words() -> None:
 
 def test_cidrs_in_canonical_form() -> None:
     [msg] = problems(access={"ssh_source_ranges": ["10.0.0.0/8\n"]})
-    assert "access.ssh_source_ranges: '10.0.0.0/8\\n' is not a CIDR" in msg
+    assert "[spot, ondemand, flex] access.ssh_source_ranges = ['10.0.0.0/8\\n']: not a CIDR" in msg
     [msg] = problems(access={"ssh_source_ranges": ["2001:DB8::/32"]})
     assert "canonical form (write 2001:db8::/32)" in msg
 

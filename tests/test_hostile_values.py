@@ -299,7 +299,7 @@ def test_no_template_writes_a_value_into_a_comment_or_a_heredoc() -> None:
     for template in sorted((REPO_ROOT / "templates").glob("*.j2")):
         rendered_part = re.sub(r"{% raw %}.*?{% endraw %}", "", template.read_text(),
                                flags=re.DOTALL)
-        for n, line in enumerate(rendered_part.splitlines(), 1):
+        for line in rendered_part.splitlines():
             if "#" in line:
                 assert "{{" not in line[line.index("#"):], f"{template.name}: {line}"
             assert "<<" not in line, f"{template.name}: a heredoc around values: {line}"

@@ -333,11 +333,11 @@ class AccessSettings(StrictModel):
                 # ipaddress repeats the value: only a short printable one is worth its words.
                 why = f" ({exc})" if re.fullmatch(r"[ -~]{1,64}", cidr) else ""
                 raise ValueError(
-                    f"{setting}: {shown(cidr)} is not a CIDR like 203.0.113.0/24{why}"
+                    f"{setting} = [{shown(cidr)}]: not a CIDR like 203.0.113.0/24{why}"
                 ) from None
             if str(net) != cidr:  # a CIDR in its one canonical spelling, nothing around it
                 raise ValueError(
-                    f"{setting}: {shown(cidr)} is not a CIDR in canonical form (write {net})"
+                    f"{setting} = [{shown(cidr)}]: not a CIDR in canonical form (write {net})"
                 )
         return v
 
@@ -644,7 +644,7 @@ def _stack_tables(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Mapp
             f"(the stacks are {list(STACK_NAMES)})"
         )
         return {}
-    unknown = sorted(str(k) for k in set(stacks) - set(STACK_NAMES))
+    unknown = ", ".join(sorted(shown(k) for k in set(stacks) - set(STACK_NAMES)))
     if unknown:
         problems.append(f"stacks: unknown stack(s) {unknown}; the stacks are {list(STACK_NAMES)}")
     out: dict[str, Mapping[str, Any]] = {}
