@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tpuserve.config import Deployment
 from tpuserve.startup import render_startup
 
 from .cdk import (
+    Aspects,
     Construct,
     GcsBackend,
     GoogleBetaProvider,
@@ -16,21 +15,7 @@ from .cdk import (
     TerraformStack,
 )
 from .foundation import Foundation
-
-
-def tf_literal(value: Any) -> Any:
-    """`value` with every string escaped so Terraform reads it literally.
-
-    Terraform evaluates `${...}` and `%{...}` in every string of the synthesized JSON, and
-    cdktf does not escape them; a bash script is full of `${VAR:-default}`.
-    """
-    if isinstance(value, str):
-        return value.replace("${", "$${").replace("%{", "%%{")
-    if isinstance(value, dict):
-        return {k: tf_literal(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [tf_literal(v) for v in value]
-    return value
+from .literals import TerraformLiterals
 
 
 class ServingStack(TerraformStack):
@@ -38,6 +23,9 @@ class ServingStack(TerraformStack):
 
     def __init__(self, scope: Construct, deployment: Deployment) -> None:
         super().__init__(scope, deployment.name)
+        # The one Terraform escape pass: every string of this stack is literal unless it is a
+        # reference (stacks/literals.py). No construct escapes anything itself.
+        Aspects.of(self).add(TerraformLiterals())
         d = deployment
         self.deployment = d
         if d.state.gcs_bucket:

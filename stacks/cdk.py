@@ -76,14 +76,20 @@ IMPORT_MODE = _import_mode()
 
 from cdktf import (  # noqa: F401
     App,
+    Aspects,
     DataResource,
     GcsBackend,
+    IAspect,
+    IResolvable,
+    IResolveContext,
     LocalBackend,
     LocalExecProvisioner,
     TerraformDataSource,
+    TerraformElement,
     TerraformOutput,
     TerraformProvider,
     TerraformStack,
+    Token,
 )
 from cdktf_cdktf_provider_google_beta.google_compute_firewall import (  # noqa: F401
     GoogleComputeFirewall,
@@ -123,4 +129,4 @@ from cdktf_cdktf_provider_google_beta.google_tpu_v2_vm import (  # noqa: F401
     GoogleTpuV2VmServiceAccount,
 )
 from cdktf_cdktf_provider_google_beta.provider import GoogleBetaProvider  # noqa: F401
-from constructs import Construct  # noqa: F401
+from constructs import Construct, IConstruct  # noqa: F401

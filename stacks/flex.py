@@ -32,7 +32,7 @@ from tpuserve.queued_resource import (
     ref_for,
 )
 
-from .base import ServingStack, tf_literal
+from .base import ServingStack
 from .cdk import (
     Construct,
     DataResource,
@@ -40,18 +40,19 @@ from .cdk import (
     TerraformDataSource,
     TerraformProvider,
 )
+from .literals import tf_ref
 
 # The one provider besides google-beta: hashicorp/external runs the probe at plan time.
 EXTERNAL_PROVIDER_SOURCE = "hashicorp/external"
 EXTERNAL_PROVIDER_VERSION = "~> 2.3"
 # The project's Python: the venv `./dev setup` makes, relative to the repo root (every
-# provisioner's working_dir), so it works whatever is on PATH. `$${` is Terraform's escape for
-# a literal `${`: the shell sees ${TPUSERVE_PYTHON:-.venv/bin/python}, so TPUSERVE_PYTHON
-# (a path, or words such as `pipenv run python`) picks another interpreter.
-PYTHON = "$${TPUSERVE_PYTHON:-.venv/bin/python}"
+# provisioner's working_dir), so it works whatever is on PATH. TPUSERVE_PYTHON (a path, or
+# words such as `pipenv run python`) picks another interpreter. Plain shell text: the stack's
+# escape pass makes Terraform hand it to the shell as written.
+PYTHON = "${TPUSERVE_PYTHON:-.venv/bin/python}"
 CLIENT = f"{PYTHON} -m tpuserve.queued_resource"
 # terraform runs in cdktf.out/stacks/flex: the repo root is three up.
-REPO_ROOT = "${path.module}/../../.."
+REPO_ROOT_FROM_MODULE = "/../../.."
 # The body reaches the create step as one environment string; Linux caps one at 128 KiB
 # (MAX_ARG_STRLEN), and Terraform's jsonencode escapes <, > and & to six characters each.
 MAX_BODY_CHARS = 100_000
@@ -68,6 +69,7 @@ class FlexStack(ServingStack):
         super().__init__(scope, deployment)
         d = deployment
         ref = ref_for(d)
+        repo_root = tf_ref("path.module") + REPO_ROOT_FROM_MODULE
         body = build_body(d, self.startup_script)
         size = len(json.dumps(body))
         if size > MAX_BODY_CHARS:
@@ -89,30 +91,30 @@ class FlexStack(ServingStack):
         probe.override_logical_id("qr_probe")
         # `external` runs a program without a shell; sh expands the interpreter variable.
         probe.add_override("program", ["sh", "-c", f"exec {CLIENT} probe"])
-        probe.add_override("working_dir", REPO_ROOT)
+        probe.add_override("working_dir", repo_root)
         probe.add_override("query", {"name": ref.name})
 
         self.queued_resource = DataResource(
             self, "queued_resource",
             # Everything the destroy provisioner needs, since it may only read `self`.
-            input={"name": ref.name, "body": tf_literal(body)},
+            input={"name": ref.name, "body": body},
             triggers_replace={
                 "spec_sha256": spec_sha256(ref.name, body),
-                "generation": "${data.external.qr_probe.result.generation}",
+                "generation": tf_ref("data.external.qr_probe.result.generation"),
             },
             provisioners=[
                 LocalExecProvisioner(
-                    type="local-exec", command=f"{CLIENT} create", working_dir=REPO_ROOT,
+                    type="local-exec", command=f"{CLIENT} create", working_dir=repo_root,
                     # The body holds no secret: the startup script fetches them at boot.
                     environment={
-                        ENV_NAME: "${self.input.name}",
-                        ENV_BODY: "${jsonencode(self.input.body)}",
-                        ENV_GENERATION: "${self.triggers_replace.generation}",
+                        ENV_NAME: tf_ref("self.input.name"),
+                        ENV_BODY: tf_ref("jsonencode(self.input.body)"),
+                        ENV_GENERATION: tf_ref("self.triggers_replace.generation"),
                     },
                 ),
                 LocalExecProvisioner(
                     type="local-exec", when="destroy", command=f"{CLIENT} delete",
-                    working_dir=REPO_ROOT, environment={ENV_NAME: "${self.input.name}"},
+                    working_dir=repo_root, environment={ENV_NAME: tf_ref("self.input.name")},
                 ),
             ],
             # The node must not boot before it may read its secrets and write its cache.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tpuserve.config import Deployment
 from tpuserve.node_metadata import node_metadata
 
-from .base import ServingStack, tf_literal
+from .base import ServingStack
 from .cdk import (
     Construct,
     GoogleTpuV2Vm,
@@ -37,8 +37,8 @@ class TpuVmStack(ServingStack):
             service_account=GoogleTpuV2VmServiceAccount(email=sa.email, scope=VM_SCOPES),
             tags=[d.network_tag],
             labels=d.labels,
-            # Escaped: Terraform would otherwise interpolate the script's ${VAR:-default}.
-            metadata=node_metadata(self.startup_script, escape=tf_literal),
+            # Plain text: the stack's one escape pass (stacks/literals.py) escapes it.
+            metadata=node_metadata(self.startup_script),
             # The VM must not boot before it may read its secrets and write its cache.
             depends_on=self.foundation.grants,
         )

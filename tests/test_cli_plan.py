@@ -139,3 +139,16 @@ def test_tensor_parallel_beyond_the_chips_and_an_unknown_stack() -> None:
 def test_a_missing_model_config_is_a_usage_error(tmp_path: Path) -> None:
     result = invoke("--model-config", str(tmp_path / "absent.json"))
     assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(("toml", "needle"), [
+    ('stacks = "spot"', "stacks = 'spot': must be a table"),
+    ("[stacks]\nspot = 5", "stacks.spot = 5: must be a table"),
+])
+def test_a_malformed_stacks_table_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              toml: str, needle: str) -> None:
+    (tmp_path / "user.toml").write_text(toml)
+    monkeypatch.setenv("TPUSERVE_CONFIG", str(tmp_path / "user.toml"))
+    result = invoke("--stack", "spot")
+    assert result.exit_code == 2
+    assert_one_line(result, needle)

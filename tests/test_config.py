@@ -15,6 +15,7 @@ from tpuserve.config import (
     load_raw,
     parse_duration,
 )
+from tpuserve.string_rules import shown
 
 BASE = load_raw(environ={})
 
@@ -165,7 +166,7 @@ def test_image_tag_or_digest_accepted(image: str) -> None:
 
 def test_image_garbage_rejected() -> None:
     [msg] = problems(vllm={"image": "Not An Image"})
-    assert "not a valid image reference" in msg
+    assert "must be an image reference" in msg
 
 
 def test_wrong_types_and_ranges_all_reported_at_once() -> None:
@@ -233,3 +234,141 @@ def test_durations() -> None:
         parse_duration("four hours")
     [msg] = problems(stack_flex={"max_run_duration": "8d"})
     assert "at most 7d" in msg
+
+
+# ---------------------------------------------------------------- strict types (issue 10 §2)
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("vllm", "port", "8000"), ("vllm", "port", 8000.0), ("vllm", "port", True),
+    ("vllm", "enable_prefix_caching", "off"), ("vllm", "enable_prefix_caching", 0),
+    ("vllm", "max_model_len", 32768.5), ("vllm", "gpu_memory_utilization", "0.9"),
+    ("cache", "enabled", "yes"), ("access", "api_key_proxy", "true"),
+    ("cache", "retention_days", "30"), ("pricing", "spot", "0.5"),
+    ("access", "api_source_ranges", "10.0.0.0/8"), ("gcp", "project", 12345),
+])
+def test_toml_types_are_strict(section: str, key: str, value: object) -> None:
+    [msg] = problems(**{section: {key: value}})
+    assert f"{section}.{key} = {value!r}: Input should be a valid " in msg, msg
+    if key != "api_source_ranges":  # a list is a list: no spelling hint needed
+        assert "(TOML has types: " in msg, msg
+
+
+def test_env_variables_are_strict_too() -> None:
+    [msg] = problems(vllm={"env": {"NUM_PRECOMPILE_WORKERS": True}})
+    assert "vllm.env.NUM_PRECOMPILE_WORKERS = True" in msg and "integer" in msg
+
+
+@pytest.mark.parametrize("where", ["top", "stack_spot"])
+@pytest.mark.parametrize("key", ["name", "stack"])
+def test_keys_the_loader_sets_are_refused(where: str, key: str) -> None:
+    raw = copy.deepcopy(BASE)
+    table = raw if where == "top" else raw["stacks"]["spot"]
+    table[key] = "evil" if key == "name" else {"max_run_hours": 1}
+    with pytest.raises(ConfigError) as exc:
+        build_deployments(raw)
+    [msg] = exc.value.problems
+    assert msg.startswith(key if where == "top" else f"stacks.spot.{key}")
+    assert "set by the loader itself" in msg
+
+
+@pytest.mark.parametrize("stacks", ["spot", 5, ["spot"], {"spot": "x"}, {"spot": 3}])
+def test_a_malformed_stacks_table_is_a_message(stacks: object) -> None:
+    raw = copy.deepcopy(BASE)
+    raw["stacks"] = stacks
+    with pytest.raises(ConfigError) as exc:
+        build_deployments(raw)
+    [msg] = exc.value.problems
+    assert "must be a table" in msg and repr(stacks if not isinstance(stacks, dict) else "x"
+                                             if stacks["spot"] == "x" else 3) in msg
+
+
+@pytest.mark.parametrize("price", [float("inf"), float("nan"), 0, -1, 100.5, 1e308])
+def test_prices_are_finite_and_bounded(price: float) -> None:
+    [msg] = problems(pricing={"ondemand": price})
+    assert msg.startswith("[spot, ondemand, flex] pricing.ondemand = ")
+    assert "finite $/chip-hour above 0 and at most 100" in msg and "SPEC 2" in msg
+    assert ok(pricing={"ondemand": 100})["spot"].pricing.ondemand == 100
+
+
+def test_max_run_hours_below_one_second_is_refused() -> None:
+    [msg] = problems(stack_spot={"max_run_hours": 0.5 / 3600})
+    assert "stack.max_run_hours = 0.000138" in msg and "at least 1/3600" in msg
+    assert "silently turn it off" in msg
+    assert ok(stack_spot={"max_run_hours": 1 / 3600})["spot"].stack.max_run_hours > 0
+    assert ok(stack_spot={"max_run_hours": 0})["spot"].stack.max_run_hours == 0
+
+
+# ---------------------------------------------------------------- allow-list patterns
+GOOD_AND_BAD: dict[str, tuple[list[str], list[str]]] = {
+    "gcp.project": (["my-project-123"], ["My_Project", "ab", "proj-", "p" * 31]),
+    "gcp.zone": (["us-central1-a", "asia-east1-c"], ["us-west4", "US-WEST4-A", "a b"]),
+    "gcp.network": (["default", "my-vpc", "projects/my-project/global/networks/vpc-1"],
+                    ["Default", "-vpc", "vpc-", "a" * 64, "projects/x/global/networks/v"]),
+    "tpu.runtime_version": (["v2-alpha-tpuv5-lite", "tpu-ubuntu2204-base"],
+                            ["-v2", "v2 alpha", "V2", "v2..x"]),
+    "vllm.model": (["google/gemma-4-E2B-it", "Qwen/Qwen3-0.6B", "org_1/name.v2"],
+                   ["gemma", "-org/name", "org/-name", "org/na--me", "org/na..me", "a/b/c",
+                    "org/" + "n" * 97]),
+    "vllm.image": (["nginx", "nginx:1.27.3-alpine", "localhost:5000/a/b:tag",
+                    "registry.example.com:443/team/vllm-tpu@sha256:" + "c" * 64,
+                    "vllm/vllm-tpu:nightly@sha256:" + "d" * 64, "a__b/c--d:T_1.x"],
+                   ["Nginx", "nginx:", "nginx:-tag", "nginx@sha256:abc", "/nginx", "a//b",
+                    "nginx:" + "t" * 129, "-nginx"]),
+    "access.proxy_image": (["nginx:1.27.3-alpine", "mirror.gcr.io/library/nginx:1.27"],
+                           ["nginx:1.27.3-alpine\nEOF", "nginx latest"]),
+    "vllm.tool_call_parser": (["hermes", "llama3_json", "granite-20b-fc"],
+                              ["-x", "Hermes", "a b", "p" * 65]),
+    "vllm.reasoning_parser": (["deepseek_r1", "qwen3"], ["--help", "qwen3;id"]),
+    "vllm.shm_size": (["10gb", "512m", "1g"], ["0gb", "10 gb", "10tb", "-1g", "1234567g"]),
+    "state.gcs_prefix": (["tpuserve", "team/a_b/c.d"],
+                         ["-x", ".hidden", "a//b", "/abs", "a b", "p" * 201]),
+    "capacity.model_geometry": (["models/x.json", "/abs/path with space/m.json"],
+                                ["models/x.yaml", "a\n.json"]),
+}
+
+
+@pytest.mark.parametrize("setting", list(GOOD_AND_BAD))
+def test_string_settings_match_their_allow_list(setting: str) -> None:
+    section, key = setting.split(".")
+    good, bad = GOOD_AND_BAD[setting]
+    for value in good:
+        d = ok(**{section: {key: value}})["spot"]
+        assert getattr(getattr(d, section), key) == value
+    for value in bad:
+        [msg] = problems(**{section: {key: value}})
+        assert f"{setting} = {shown(value)}: must be " in msg, msg
+
+
+def test_state_bucket_rules() -> None:
+    assert ok(state={"gcs_bucket": "my-tf.state_bucket"})["spot"].state.gcs_bucket
+    for bad in ("ab", "goog-state", "192.168.0.1", "Bucket", "a" * 64, "-x", "a..b"):
+        [msg] = problems(state={"gcs_bucket": bad})
+        assert f"state.gcs_bucket = {bad!r}" in msg, msg
+
+
+def test_durations_are_exact_words() -> None:
+    for bad in ("4h\n", " 4h", "4 h", "-4h", "4h;id"):
+        [msg] = problems(stack_flex={"max_run_duration": bad})
+        assert f"stack.max_run_duration = {bad!r}" in msg, msg
+
+
+def test_cidrs_in_canonical_form() -> None:
+    [msg] = problems(access={"ssh_source_ranges": ["10.0.0.0/8\n"]})
+    assert "[spot, ondemand, flex] access.ssh_source_ranges = ['10.0.0.0/8\\n']: not a CIDR" in msg
+    [msg] = problems(access={"ssh_source_ranges": ["2001:DB8::/32"]})
+    assert "canonical form (write 2001:db8::/32)" in msg
+
+
+def test_a_long_value_is_shown_cut() -> None:
+    [msg] = problems(vllm={"model": "x" * 200_000})
+    assert "(200000 characters)" in msg and len(msg) < 1000
+
+
+def test_unreadable_and_malformed_files_are_config_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[vllm\n")
+    for path, needle in ((bad, "not valid TOML"), (tmp_path / "missing.toml", "cannot be read"),
+                         (tmp_path, "cannot be read")):
+        with pytest.raises(ConfigError) as exc:
+            load_raw(environ={"TPUSERVE_CONFIG": str(path)})
+        [msg] = exc.value.problems
+        assert msg.startswith(f"TPUSERVE_CONFIG = {str(path)!r}: {needle}")

@@ -48,3 +48,28 @@ def test_warnings_are_printed_and_synth_proceeds(tmp_path, monkeypatch, capsys) 
     assert err.count("warning: [") == 3 and "1.000x" in err
     assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
         "flex", "ondemand", "spot"]
+
+
+@pytest.mark.parametrize(("toml", "needle"), [
+    ("[vllm\nport = 1", "not valid TOML"),
+    ('stacks = "spot"', "stacks = 'spot': must be a table of stacks"),
+    ("[stacks]\nspot = 5", "[spot] stacks.spot = 5: must be a table"),
+    ('name = "evil"', "name: set by the loader itself"),
+    ('vllm = "x"', "vllm = 'x': Input should be a valid dictionary"),
+    ('[vllm]\nport = "8000"', "vllm.port = '8000': Input should be a valid integer"),
+    ('[access]\nproxy_image = "nginx\\nNGINX_CONF\\nid"', "access.proxy_image = 'nginx\\nNGINX"),
+])
+def test_malformed_input_is_a_message_not_a_traceback(tmp_path, monkeypatch, capsys, toml: str,
+                                                      needle: str) -> None:
+    assert run_main(tmp_path, monkeypatch, toml) == 1
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert err.startswith("tpuserve: invalid configuration:\n  - ")
+    assert not (tmp_path / "cdktf.out").exists()
+
+
+def test_an_unreadable_config_file_is_a_message(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TPUSERVE_CONFIG", str(tmp_path / "missing.toml"))
+    monkeypatch.chdir(tmp_path)
+    assert main.main() == 1
+    assert "TPUSERVE_CONFIG = " in capsys.readouterr().err

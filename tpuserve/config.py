@@ -26,6 +26,9 @@ from pydantic import (
     model_validator,
 )
 
+from . import string_rules as rules
+from .string_rules import check, shown
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.toml"
 STACK_NAMES = ("spot", "ondemand", "flex")
@@ -60,22 +63,39 @@ FLEX_ZONES_BAD = {
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are typos: reject them instead of silently ignoring a setting."""
+    """Unknown keys are typos: reject them instead of silently ignoring a setting.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    Strict: TOML has types, so "off" is no boolean, "8000" no port and 1.5 no integer; and
+    inf/nan are no numbers.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False
+    )
 
 
 def _spec_error(setting: str, value: object, rule: str, why: str) -> ValueError:
-    return ValueError(f"{setting} = {value!r}: {rule} ({why})")
+    return ValueError(f"{setting} = {shown(value)}: {rule} ({why})")
 
 
 def parse_duration(text: str) -> int:
     """'4h', '90m', '7d', '14400s' or '1h30m' -> seconds (gcloud's duration words)."""
     parts = re.findall(r"(\d+)([dhms])", text)
-    if not parts or "".join(n + u for n, u in parts) != text.strip():
+    if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"{text!r} is not a duration like 4h, 90m, 7d or 14400s")
     scale = {"d": 86400, "h": 3600, "m": 60, "s": 1}
     return sum(int(n) * scale[u] for n, u in parts)
+
+
+def image_reference(setting: str, v: str) -> str:
+    """An image reference docker can pull: `vllm.image` and `access.proxy_image` alike."""
+    if re.fullmatch(r"(sha256:)?[0-9a-f]{64}", v):
+        raise _spec_error(
+            setting, v, "give a tag (repo:tag) or a manifest digest (repo@sha256:...)",
+            "SPEC 1: the sha256 id that `docker images` prints is a config-blob id; "
+            "`docker pull` by it fails with 'unexpected media type'",
+        )
+    return check(setting, v, rules.IMAGE)
 
 
 class GcpSettings(StrictModel):
@@ -86,20 +106,17 @@ class GcpSettings(StrictModel):
     @field_validator("project")
     @classmethod
     def _project_id(cls, v: str) -> str:
-        # Google's rule for project ids: 6-30 chars, lowercase letter first, no trailing hyphen.
-        if not re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", v):
-            raise ValueError(
-                f"gcp.project = {v!r}: a project id is 6-30 lowercase letters, digits or "
-                "hyphens, starting with a letter (set TPUSERVE_PROJECT)"
-            )
-        return v
+        return check("gcp.project", v, rules.PROJECT)
 
     @field_validator("zone")
     @classmethod
     def _zone(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z]+-[a-z]+\d+-[a-z]", v):
-            raise ValueError(f"gcp.zone = {v!r}: a zone looks like us-west4-a")
-        return v
+        return check("gcp.zone", v, rules.ZONE)
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        return check("gcp.network", v, rules.NETWORK)
 
     @property
     def region(self) -> str:
@@ -110,10 +127,15 @@ class TpuSettings(StrictModel):
     accelerator_type: str = "v5litepod-1"
     runtime_version: str = "v2-alpha-tpuv5-lite"
 
+    @field_validator("runtime_version")
+    @classmethod
+    def _runtime(cls, v: str) -> str:
+        return check("tpu.runtime_version", v, rules.RUNTIME_VERSION)
+
     @field_validator("accelerator_type")
     @classmethod
     def _accelerator(cls, v: str) -> str:
-        if re.fullmatch(r"v5e-\d+", v):
+        if re.fullmatch(r"v5e-[0-9]+", v):
             raise _spec_error(
                 "tpu.accelerator_type", v, f"spell it 'v5litepod-{v.split('-')[1]}'",
                 "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",
@@ -149,21 +171,23 @@ class VllmSettings(StrictModel):
     max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] = 32768
     # Declared before max_num_batched_tokens: its multimodal floor reads them.
     disable_chunked_mm_input: bool = True
-    limit_mm_per_prompt: dict[Literal["image", "audio", "video"], Annotated[int, Field(ge=0)]] = (
+    limit_mm_per_prompt: dict[
+        Literal["image", "audio", "video"], Annotated[int, Field(ge=0, le=1024)]
+    ] = (
         Field(default_factory=lambda: {"image": 4, "audio": 1})
     )
     max_num_batched_tokens: Annotated[int, Field(ge=16, le=1_048_576)] = 4096
     max_num_seqs: Annotated[int, Field(ge=1, le=4096)] | None = None
     block_size: int | None = None
-    tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=256)] = 1
     allow_untested_gpu_memory_utilization: bool = False
     gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = GPU_MEM_CEILING
-    kv_cache_memory_bytes: Annotated[int, Field(gt=0)] | None = None
+    kv_cache_memory_bytes: Annotated[int, Field(gt=0, le=1 << 50)] | None = None
     enable_prefix_caching: bool = True
     enable_auto_tool_choice: bool = True
     tool_call_parser: str | None = "gemma4"
     reasoning_parser: str | None = "gemma4"
-    shm_size: Annotated[str, Field(pattern=r"^\d+[kmg]b?$")] = "10gb"
+    shm_size: str = "10gb"
     env: TpuInferenceEnv = Field(default_factory=TpuInferenceEnv)
 
     @field_validator("dtype", mode="before")
@@ -180,19 +204,27 @@ class VllmSettings(StrictModel):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
-        if re.fullmatch(r"(sha256:)?[0-9a-f]{64}", v):
-            raise _spec_error(
-                "vllm.image", v, "give a tag (repo:tag) or a manifest digest (repo@sha256:...)",
-                "SPEC 1: the sha256 id that `docker images` prints is a config-blob id; "
-                "`docker pull` by it fails with 'unexpected media type'",
-            )
-        ref = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::\d+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-        if not re.fullmatch(ref + r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?", v):
-            raise _spec_error(
-                "vllm.image", v, "not a valid image reference (repo[:tag][@sha256:<64 hex>])",
-                "SPEC 1: pin a tag or a manifest digest",
-            )
+        return image_reference("vllm.image", v)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        return check("vllm.model", v, rules.HF_REPO)
+
+    @field_validator("tool_call_parser", "reasoning_parser", mode="before")
+    @classmethod
+    def _parser(cls, v: object, info: ValidationInfo) -> object:
+        # TOML has no null: "" is how a user switches a parser off.
+        if v == "":
+            return None
+        if isinstance(v, str):
+            check(f"vllm.{info.field_name}", v, rules.PARSER)
         return v
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, v: str) -> str:
+        return check("vllm.shm_size", v, rules.SHM_SIZE)
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -283,25 +315,59 @@ class AccessSettings(StrictModel):
     api_key_proxy: bool = True
     proxy_image: str = "nginx:1.27.3-alpine"
 
+    @field_validator("proxy_image")
+    @classmethod
+    def _proxy_image(cls, v: str) -> str:
+        return image_reference("access.proxy_image", v)
+
     @field_validator("api_source_ranges", "ssh_source_ranges")
     @classmethod
     def _cidrs(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        setting = f"access.{info.field_name}"
+        if len(v) > 256:
+            raise ValueError(f"{setting}: {len(v)} ranges; a firewall rule takes at most 256")
         for cidr in v:
             try:
-                ipaddress.ip_network(cidr, strict=True)
+                net = ipaddress.ip_network(cidr, strict=True)
             except ValueError as exc:
+                # ipaddress repeats the value: only a short printable one is worth its words.
+                why = f" ({exc})" if re.fullmatch(r"[ -~]{1,64}", cidr) else ""
                 raise ValueError(
-                    f"access.{info.field_name}: {cidr!r} is not a CIDR ({exc})"
+                    f"{setting} = [{shown(cidr)}]: not a CIDR like 203.0.113.0/24{why}"
                 ) from None
+            if str(net) != cidr:  # a CIDR in its one canonical spelling, nothing around it
+                raise ValueError(
+                    f"{setting} = [{shown(cidr)}]: not a CIDR in canonical form (write {net})"
+                )
         return v
+
+
+# $/chip-hour bound: SPEC 2's list prices are 0.58-1.20; 100 catches a price typed per month
+# or in cents without refusing any real TPU price.
+MAX_USD_PER_CHIP_HOUR = 100.0
+Price = Annotated[float, Field(gt=0, le=MAX_USD_PER_CHIP_HOUR)]
 
 
 class PricingSettings(StrictModel):
     """$/chip-hour in us-west4, SPEC 2 (list prices: change them here, not in code)."""
 
-    spot: Annotated[float, Field(gt=0)] = 0.5779
-    flex: Annotated[float, Field(gt=0)] = 0.6000
-    ondemand: Annotated[float, Field(gt=0)] = 1.2000
+    spot: Price = 0.5779
+    flex: Price = 0.6000
+    ondemand: Price = 1.2000
+
+    @field_validator("spot", "flex", "ondemand", mode="before")
+    @classmethod
+    def _price(cls, v: object, info: ValidationInfo) -> object:
+        if isinstance(v, int | float) and not isinstance(v, bool) and not (
+            0 < v <= MAX_USD_PER_CHIP_HOUR
+        ):
+            raise _spec_error(
+                f"pricing.{info.field_name}", v,
+                f"must be a finite $/chip-hour above 0 and at most {MAX_USD_PER_CHIP_HOUR:g}",
+                "SPEC 2: list prices are 0.58-1.20 $/chip-hour; a larger number is a price "
+                "per month or in cents, and every cost figure would be wrong",
+            )
+        return v
 
 
 class CacheSettings(StrictModel):
@@ -321,8 +387,13 @@ class CapacitySettings(StrictModel):
     # SPEC 5: resident bf16 weights measured on the chip (vision and audio towers included).
     weights_gib: Annotated[float, Field(gt=0, le=1024)] = 8.97
     # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
-    expected_clients: Annotated[int, Field(ge=1)] | None = 16
-    expected_context: Annotated[int, Field(ge=1)] | None = 1024
+    expected_clients: Annotated[int, Field(ge=1, le=1_000_000)] | None = 16
+    expected_context: Annotated[int, Field(ge=1, le=1 << 24)] | None = 1024
+
+    @field_validator("model_geometry")
+    @classmethod
+    def _geometry(cls, v: str) -> str:
+        return check("capacity.model_geometry", v, rules.GEOMETRY_PATH)
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> CapacitySettings:
@@ -341,8 +412,23 @@ class CapacitySettings(StrictModel):
 class StateSettings(StrictModel):
     """Where Terraform keeps each stack's state: local files, or a GCS bucket for teams/CI."""
 
-    gcs_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")] | None = None
+    gcs_bucket: str | None = None
     gcs_prefix: str = "tpuserve"
+
+    @field_validator("gcs_bucket")
+    @classmethod
+    def _bucket(cls, v: str | None) -> str | None:
+        if v is not None:
+            check("state.gcs_bucket", v, rules.GCS_BUCKET)
+            if len(v) < 3 or any(len(part) > 63 for part in v.split(".")):
+                raise _spec_error("state.gcs_bucket", v, "3-222 characters, 63 at most a part",
+                                  "Cloud Storage bucket naming rules")
+        return v
+
+    @field_validator("gcs_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        return check("state.gcs_prefix", v, rules.GCS_PREFIX)
 
 
 class StackSettings(StrictModel):
@@ -353,11 +439,24 @@ class StackSettings(StrictModel):
     max_run_duration: str = "4h"
     valid_until_duration: str | None = None
 
+    @field_validator("max_run_hours")
+    @classmethod
+    def _guard_hours(cls, v: float) -> float:
+        # The guard counts whole seconds: below one, int(hours * 3600) is 0, which means "off".
+        if 0 < v * 3600 < 1:
+            raise _spec_error(
+                "stack.max_run_hours", v, "must be 0 (guard off) or at least 1/3600 (one second)",
+                "the billing guard counts whole seconds; a shorter limit would silently turn it "
+                "off while the node keeps the right to delete itself",
+            )
+        return v
+
     @field_validator("max_run_duration", "valid_until_duration")
     @classmethod
     def _duration(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is None:
             return v
+        check(f"stack.{info.field_name}", v, rules.DURATION)
         seconds = parse_duration(v)
         if not 0 < seconds <= MAX_FLEX_RUN_SECONDS and info.field_name == "max_run_duration":
             raise _spec_error(
@@ -385,6 +484,13 @@ class Deployment(StrictModel):
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     state: StateSettings = Field(default_factory=StateSettings)
     stack: StackSettings
+
+    @model_validator(mode="after")
+    def _label_values(self) -> Deployment:
+        # Derived, but checked: a label value reaches Terraform and the TPU API.
+        for key, value in self.labels.items():
+            check(f"labels.{key} (derived from the config)", value, rules.LABEL_VALUE)
+        return self
 
     @model_validator(mode="after")
     def _tp_chips(self) -> Deployment:
@@ -478,38 +584,102 @@ def load_raw(
 ) -> dict[str, Any]:
     """The default TOML, with TPUSERVE_CONFIG's file and TPUSERVE_PROJECT/ZONE merged over."""
     env = os.environ if environ is None else environ
-    raw = tomllib.loads(path.read_text())
+    raw = _read_toml(path, "the default config")
     if user := env.get("TPUSERVE_CONFIG"):
-        raw = deep_merge(raw, tomllib.loads(Path(user).read_text()))
+        raw = deep_merge(raw, _read_toml(Path(user), "TPUSERVE_CONFIG"))
     for var, key in (("TPUSERVE_PROJECT", "project"), ("TPUSERVE_ZONE", "zone")):
         if value := env.get(var):
             raw = deep_merge(raw, {"gcp": {key: value}})
     return raw
 
 
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file as a dict; an unreadable or malformed file is a ConfigError, not a traceback."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{what} = {shown(str(path))}: cannot be read ({exc})"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{what} = {shown(str(path))}: not valid TOML ({exc})"]) from None
+
+
 def _format_error(stack: str, err: Mapping[str, Any]) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "value_error" and " = " in msg.split(":", 1)[0]:
         return f"[{stack}] {msg}"  # our own rule: it already names setting and value
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    # A key the user wrote is part of the location: shown like a value unless it is a plain word.
+    where = ".".join(
+        str(p) if re.fullmatch(r"[A-Za-z0-9_\[\]-]{1,64}", str(p)) else shown(p)
+        for p in err["loc"]
+    ) or "(top level)"
     value = err.get("input")
-    shown = "" if isinstance(value, Mapping) else f" = {value!r}"
-    return f"[{stack}] {where}{shown}: {msg}"
+    text = "" if isinstance(value, Mapping) else f" = {shown(value)}"
+    return f"[{stack}] {where}{text}: {msg}{_type_hint(err['type'], value)}"
+
+
+def _type_hint(kind: str, value: object) -> str:
+    """Strict types: say how TOML spells the wanted type."""
+    if kind in ("int_type", "bool_type", "float_type", "finite_number") and isinstance(value, str):
+        return " (TOML has types: write the value without quotes, e.g. 8000 or true)"
+    if kind == "bool_type":
+        return " (TOML has types: a boolean is true or false)"
+    if kind == "int_type":
+        return " (TOML has types: an integer has no decimal point and is not true/false)"
+    if kind == "string_type":
+        return " (TOML has types: a string is quoted)"
+    return ""
+
+
+# Keys the loader sets itself: the stack's name (from its [stacks.NAME] table) and the stack's
+# own settings (gathered from that table into `stack`). A user who writes them is refused.
+LOADER_KEYS = ("name", "stack")
+
+
+def _stack_tables(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Mapping[str, Any]]:
+    """The [stacks.NAME] tables; what is not a table is a problem, not a traceback."""
+    stacks = raw.get("stacks", {})
+    if not isinstance(stacks, Mapping):
+        problems.append(
+            f"stacks = {shown(stacks)}: must be a table of stacks, [stacks.spot] ... "
+            f"(the stacks are {list(STACK_NAMES)})"
+        )
+        return {}
+    unknown = ", ".join(sorted(shown(k) for k in set(stacks) - set(STACK_NAMES)))
+    if unknown:
+        problems.append(f"stacks: unknown stack(s) {unknown}; the stacks are {list(STACK_NAMES)}")
+    out: dict[str, Mapping[str, Any]] = {}
+    for name in STACK_NAMES:
+        if name not in stacks:
+            continue
+        table = stacks[name]
+        if not isinstance(table, Mapping):
+            problems.append(f"[{name}] stacks.{name} = {shown(table)}: must be a table")
+            continue
+        out[name] = table
+    return out
+
+
+def _loader_keys_written(raw: Mapping[str, Any], tables: Mapping[str, Mapping[str, Any]],
+                         ) -> list[str]:
+    why = {"name": "the [stacks.NAME] table names the stack",
+           "stack": "a stack's settings go directly in its [stacks.NAME] table"}
+    found = [(key, key) for key in LOADER_KEYS if key in raw]
+    found += [(f"stacks.{n}.{key}", key) for n, t in tables.items() for key in LOADER_KEYS
+              if key in t]
+    return [f"{where}: set by the loader itself ({why[key]}); remove it" for where, key in found]
 
 
 def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Deployment], list[str]]:
     """Validate every stack of a raw config: the stacks that passed, and every problem found."""
-    stacks = raw.get("stacks", {})
-    shared = {k: v for k, v in raw.items() if k != "stacks"}
     problems: list[str] = []
     out: dict[str, Deployment] = {}
-    unknown = sorted(set(stacks) - set(STACK_NAMES))
-    if unknown:
-        problems.append(f"stacks: unknown stack(s) {unknown}; the stacks are {list(STACK_NAMES)}")
-    for name in STACK_NAMES:
-        if name not in stacks:
-            continue
-        over = dict(stacks[name])
+    stacks = _stack_tables(raw, problems)
+    problems.extend(_loader_keys_written(raw, stacks))
+    if problems:
+        return out, problems
+    shared = {k: v for k, v in raw.items() if k != "stacks"}
+    for name, table in stacks.items():
+        over = dict(table)
         stack_keys = {k: over.pop(k) for k in list(over) if k in StackSettings.model_fields}
         data = deep_merge(shared, over) | {"name": name, "stack": stack_keys}
         try:
@@ -532,8 +702,11 @@ def merge_stacks(problems: list[str]) -> list[str]:
     by_msg: dict[str, list[str]] = {}
     for p in problems:
         stack, _, msg = p.partition("] ")
+        if not p.startswith("[") or not msg:  # a problem of the file, not of a stack
+            by_msg.setdefault(p, [])
+            continue
         by_msg.setdefault(msg, []).append(stack.lstrip("["))
-    return [f"[{', '.join(stacks)}] {msg}" for msg, stacks in by_msg.items()]
+    return [f"[{', '.join(stacks)}] {msg}" if stacks else msg for msg, stacks in by_msg.items()]
 
 
 def load_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Deployment]:

@@ -21,6 +21,13 @@ CONTAINER_NAME = "vllm-gemma4"  # SPEC 4's container name
 
 def serve_argv(v: VllmSettings) -> list[str]:
     """`vllm serve MODEL --flag ...` in SPEC 4's order; unset options are left to vLLM."""
+    for name in ("model", "kv_cache_dtype", "tool_call_parser", "reasoning_parser"):
+        value = getattr(v, name)
+        # config.py's patterns refuse these already; a model built around them must not
+        # turn a value into an option of vLLM either.
+        if isinstance(value, str) and value.startswith("-"):
+            raise ValueError(f"vllm.{name} = {value[:80]!r}: must not begin with '-' "
+                             "(vLLM would read it as an option)")
     argv = ["vllm", "serve", v.model]
     # dtype, kv-cache-dtype and gpu-memory-utilization restate vLLM's defaults: kept for audit.
     argv += ["--dtype", v.dtype, "--kv-cache-dtype", v.kv_cache_dtype]

@@ -7,6 +7,7 @@ refused with the same measured rule as synth would give, one line per problem.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,6 +35,8 @@ def _stack_deployment(stack: str, vllm: dict[str, Any], capacity: dict[str, Any]
     """The configured stack with the overrides merged into its [stacks.NAME] table."""
     raw = load_raw()
     stacks = raw.get("stacks", {})
+    if not isinstance(stacks, Mapping) or not isinstance(stacks.get(stack, {}), Mapping):
+        check_raw(raw)  # a malformed [stacks] table: the loader's message (ConfigError)
     if stack not in stacks:
         configured = ", ".join(s for s in STACK_NAMES if s in stacks) or "none"
         raise OpsError(f"--stack {stack!r}: not in the configuration (configured: {configured})",
