@@ -199,7 +199,7 @@ def test_the_proxy_config_is_embedded_and_holds_no_key(
     assert got == [NODE_LAYOUT.key_include, NODE_LAYOUT.tls_cert, NODE_LAYOUT.tls_key,
                    "self-signed"]
     assert "proxy_set_header Authorization \"\";" in conf
-    assert not re.search(r"\$http_authorization|Bearer [A-Za-z0-9]", conf)  # the include's job
+    assert "$http_authorization" not in conf  # the key rule is the include's, in the tmpfs
     assert _settings(rendered["no-proxy"], '"$NGINX_CONF_TEXT" "$API_KEY_SECRET"') == ["", ""]
 
 
