@@ -192,7 +192,7 @@ def test_endpoint_prints_the_https_url_and_how_clients_trust_the_certificate(
     assert f"OpenAI base  {base}/v1" in out
     assert tls.colons(tls_env.served.sha256) in out
     assert "tpuserve endpoint spot --cert-out tpuserve-spot.pem" in out
-    assert f"curl --cacert tpuserve-spot.pem" in out
+    assert "curl --cacert tpuserve-spot.pem" in out
     assert 'verify=ssl.create_default_context(cafile="tpuserve-spot.pem")' in out
     cert = tmp_path / "node.pem"
     doc = json.loads(invoke("endpoint", "spot", "--cert-out", str(cert), "--json").stdout)
