@@ -157,6 +157,9 @@ def test_a_node_that_has_not_published_its_certificate_is_not_contacted(tls_env:
                           "tpuserve wait spot")
     (s,) = json.loads(invoke("status", "spot", "--json").stdout)["stacks"]
     assert s["health"]["ok"] is None and "not published" in s["health"]["detail"]
+    doc = json.loads(invoke("endpoint", "spot", "--json").stdout)
+    assert doc["base_url"] == f"https://127.0.0.1:{tls_env.oai.port}" and doc["tls"] is None
+    assert "has not published its TLS certificate" in doc["tls_pending"]
     assert tls_env.oai.requests == []
 
 
@@ -218,3 +221,9 @@ def test_a_published_attribute_that_does_not_hash_to_its_fingerprint_is_an_error
     with pytest.raises(tls.OpsError, match="is not a certificate and its SHA-256"):
         tls.published_tls({"tls": bad}, where="n")
     assert tls.parse_fingerprint("SHA256 Fingerprint=" + tls.colons("ab" * 32)) == "ab" * 32
+
+
+def test_fingerprints_print_verbatim_not_as_emoji() -> None:
+    # rich turns ":ab:" into an emoji unless told not to; a fingerprint is full of them.
+    result = invoke("smoke", "--endpoint", "https://127.0.0.1:9", "--fingerprint", "1E:AB:53")
+    assert_one_line_error(result, "--fingerprint = '1E:AB:53'")

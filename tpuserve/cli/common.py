@@ -66,7 +66,7 @@ def emit_json(obj: Any, *, line: bool = False) -> None:
 
 
 def log(msg: str) -> None:
-    err_console.print(msg, markup=False)
+    err_console.print(msg, markup=False, emoji=False)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,7 +102,8 @@ def command(fn: F) -> F:
 
 
 def _fail(line: str, code: int, as_json: bool) -> None:
-    err_console.print(f"tpuserve: error: {line}", markup=False, soft_wrap=True)
+    # emoji=False: a fingerprint's ":AB:" would print as an emoji.
+    err_console.print(f"tpuserve: error: {line}", markup=False, emoji=False, soft_wrap=True)
     if as_json:
         emit_json({"ok": False, "error": line, "exit_code": code})
     raise typer.Exit(code)

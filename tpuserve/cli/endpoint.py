@@ -60,9 +60,16 @@ def endpoint(
     if not node.external_ip:
         raise OpsError(f"{stack}: node {d.node_name} is {node.state} with no external IP yet",
                        hint=f"`tpuserve wait {stack}` blocks until it serves")
-    target = tls.stack_target(d, node.external_ip,
-                              common.node_api().guest_attributes(d, NAMESPACE))
-    base, pin = target.base_url, target.pin
+    pending = ""
+    try:
+        target = tls.stack_target(d, node.external_ip,
+                                  common.node_api().guest_attributes(d, NAMESPACE))
+        base, pin = target.base_url, target.pin
+    except OpsError as exc:
+        if cert_out is not None:
+            raise
+        # Still booting: the URL is known, the certificate comes with the boot's secrets step.
+        base, pin, pending = f"https://{node.external_ip}:{d.vllm.port}", None, exc.message
     cert_file = str(cert_out) if cert_out else f"tpuserve-{stack}.pem"
     if cert_out is not None:
         if pin is None:
@@ -79,6 +86,7 @@ def endpoint(
             "openai_base_url": base + "/v1",
             "tls": {"sha256": pin.fingerprint, "cert_pem": pin.pem,
                     "cert_file": str(cert_out) if cert_out else None, **howto} if pin else None,
+            "tls_pending": pending or None,
             "api_key_required": d.access.api_key_proxy,
             "api_key_secret": d.api_key_secret_id if d.access.api_key_proxy else None,
             "api_key_command": key_cmd,
@@ -89,12 +97,14 @@ def endpoint(
     console.print(f"OpenAI base  {base}/v1")
     if node.state != "READY":
         console.print(f"[yellow]node is {node.state}: `tpuserve wait {stack}`[/]")
-    if pin is None:
+    if pending:
+        console.print(f"TLS          {pending}", soft_wrap=True, markup=False)
+    elif pin is None:
         console.print("TLS          off: access.tls = 'off', the key and prompts travel in clear "
                       "text")
     else:
         console.print(f"TLS sha256   {tls.colons(pin.fingerprint)} (self-signed, made on the "
-                      "node; a new node makes a new one)", soft_wrap=True)
+                      "node; a new node makes a new one)", soft_wrap=True, emoji=False)
         if cert_out is None:
             console.print(f"certificate  tpuserve endpoint {stack} --cert-out {cert_file}",
                           soft_wrap=True, markup=False)

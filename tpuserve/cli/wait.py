@@ -58,7 +58,8 @@ def wait(
     console.print(f"endpoint     {result.endpoint}/v1")
     if result.tls_sha256:
         console.print(f"TLS sha256   {colons(result.tls_sha256)} (pinned; `tpuserve endpoint "
-                      f"{stack}` shows how to give it to clients)", soft_wrap=True)
+                      f"{stack}` shows how to give it to clients)", soft_wrap=True,
+                      emoji=False)
     if d.access.api_key_proxy:
         console.print(f"API key      {common.key_command(d)}", soft_wrap=True)
 
