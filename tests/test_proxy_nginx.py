@@ -263,9 +263,9 @@ def test_with_the_key_every_request_reaches_vllm_unchanged(
 
 
 # ------------------------------------------------------------------ TLS
+@pytest.mark.parametrize("proxy", ["tls"], indirect=True)
 def test_the_tls_port_serves_the_boot_certificate_and_no_plain_http(proxy: Proxy) -> None:
-    if proxy.tls is None or proxy.cert_pem is None:
-        pytest.skip("the plain-HTTP proxy (access.tls = 'off') has no certificate")
+    assert proxy.tls is not None and proxy.cert_pem is not None
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
