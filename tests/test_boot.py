@@ -924,3 +924,20 @@ def test_the_billing_guard_deletes_the_node_at_expiry_and_not_before(cloud: Clou
     assert [r.path for r in _deletes(cloud)] == [
         f"/v2/projects/{d.gcp.project}/locations/{d.gcp.zone}/nodes/{d.node_name}"]
     assert node.attrs()["guard"] == "deleting"
+
+
+def test_a_key_rule_left_by_an_older_script_is_rewritten_on_the_next_run(cloud: Cloud) -> None:
+    d = cloud.deployment
+    node = cloud.node(d.model_copy(update={"stack": d.stack.model_copy(
+        update={"max_run_hours": 0})}))
+    node.run()
+    rule = node.root / "run/tpuserve/secrets/api-key.conf"
+    # The format before the raw-target rule: it answered 401 on /health too.
+    rule.write_text(f'if ($http_authorization != "Bearer {cloud.api_key}") {{\n'
+                    '    return 401;\n}\n')
+    since = time.time()
+    node.run()
+    assert '= "Bearer ' in rule.read_text() and "set $tpuserve_pass 1;" in rule.read_text()
+    started = [argv[argv.index("--name") + 1] for argv in node.docker_commands("run", since)]
+    assert started == ["tpuserve-proxy"]  # a new rule is a new proxy; vLLM keeps serving
+    assert _get(cloud.public_port, "/health", tls=_tls(node)) == 200
