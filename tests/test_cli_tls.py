@@ -217,6 +217,12 @@ def test_a_published_attribute_that_does_not_hash_to_its_fingerprint_is_an_error
     assert isinstance(tls.published_tls({"tls": good}, where="n"), tls.Pin)
     assert tls.published_tls({"tls": "t off"}, where="n") == "off"
     assert tls.published_tls({}, where="n") is None
+    # An earlier boot's certificate (the tmpfs, and so the key, died with that boot).
+    stale = good.replace("t ", "2030-01-01T09:00:00.000Z ", 1)
+    assert tls.published_tls({"tls": stale, "boot": "2030-01-01T10:00:00.000Z started"},
+                             where="n") is None
+    assert isinstance(tls.published_tls({"tls": stale, "boot": "2030-01-01T08:00:00.000Z x"},
+                                        where="n"), tls.Pin)
     bad = good.replace("sha256=", "sha256=0")[:-1]
     with pytest.raises(tls.OpsError, match="is not a certificate and its SHA-256"):
         tls.published_tls({"tls": bad}, where="n")

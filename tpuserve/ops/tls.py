@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from .boot_phases import parse_time
 from .errors import EXIT_USAGE, OpsError, one_line
 from .server import ServerTarget
 
@@ -78,11 +79,16 @@ def parse_fingerprint(text: str, *, what: str = "--fingerprint") -> str:
 
 def published_tls(attrs: Mapping[str, str], *, where: str) -> Pin | str | None:
     """The node's guest attribute: a Pin, "off" (the boot serves plain HTTP), or None (not
-    published yet: an older boot, or one that has not reached its TLS step)."""
+    published yet: an older boot script, or a boot that has not reached its TLS step; a value
+    older than the current boot's `boot` attribute is an earlier boot's certificate)."""
     value = attrs.get(TLS_ATTRIBUTE)
     if value is None:
         return None
     words = value.split()
+    at = parse_time(words[0]) if words else None
+    boot_at = parse_time(attrs.get("boot", "").split(" ", 1)[0])
+    if at is not None and boot_at is not None and at < boot_at:
+        return None
     fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
     if words[1:] == ["off"]:
         return "off"
