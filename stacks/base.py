@@ -53,8 +53,10 @@ class ServingStack(TerraformStack):
         if external_ip is not None:
             self.output("external_ip", external_ip,
                         "The node's external IP (changes on recreate)")
-            self.output("endpoint", f"http://{external_ip}:{d.vllm.port}/v1",
-                        "OpenAI-compatible base URL")
+            scheme = "https" if d.access.tls_on else "http"
+            self.output("endpoint", f"{scheme}://{external_ip}:{d.vllm.port}/v1",
+                        "OpenAI-compatible base URL (https: pin the node's certificate, "
+                        "`tpuserve endpoint`)")
             # SPEC 3: `gcloud compute tpus tpu-vm ssh` fails in some sandboxes; plain ssh works.
             self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
         self.output("usd_per_hour", round(d.usd_per_hour, 4),

@@ -69,10 +69,13 @@ class Env:
         return d
 
 
-def write_config(path: Path, port: int, extra: str = "") -> Path:
+def write_config(path: Path, port: int, extra: str = "", *, tls: bool = False) -> Path:
+    """The fake server speaks plain HTTP unless a test gives it TLS (tests/test_cli_tls.py):
+    access.tls = "off" unless TLS or EXTRA's own [access] table says otherwise."""
+    access = "" if tls or "[access]" in extra else '\n[access]\ntls = "off"\n'
     path.write_text(
         f'[gcp]\nproject = "{PROJECT}"\nzone = "{ZONE}"\n\n[vllm]\nport = {port}\n'
-        f"max_model_len = 4096\n{extra}"
+        f"max_model_len = 4096\n{extra}{access}"
     )
     return path
 

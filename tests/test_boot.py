@@ -10,6 +10,7 @@ TPUSERVE_CLOCK_FILE is the billing guard's "now".
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import http.client
@@ -18,6 +19,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from tests.fakes.metadata import FakeMetadata, GuestWrite
 from tests.fakes.secretmanager import FakeSecretManager
@@ -45,10 +48,11 @@ NAMESPACE = "tpuserve"
 CREATE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z, the node's createTime in the fake TPU API
 # Phases a full boot records, in order (the billing guard writes from its own process).
 BOOT_STORY = [
-    "boot", "state", "secret", "image", "cache", "container", "memory", "kv_cache",
-    "startup_complete", "health", "state", "cache_publish",
+    "boot", "state", "secret", "tls", "image", "cache", "container", "memory", "kv_cache",
+    "startup_complete", "health", "bypass_check", "state", "cache_publish",
 ]
 IMAGE = "vllm/vllm-tpu:nightly"  # config/default.toml's vllm.image: a mutable tag
+EXTERNAL_IP = "34.1.2.3"  # the booted node's access config, in its certificate
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 # Retry budgets are minutes (a 900 s pull budget is 0.9 s at the default test scale) and every
 # attempt costs a process: where calls fail for good, the run goes at a fifth of it.
@@ -164,7 +168,8 @@ class Node:
         # the standard library (a TPU VM's stock python3), and start ~30% faster.
         docker = self.bin / "docker"
         docker.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I {FAKE_DOCKER} "$@"\n')
-        for tool, real in (("curl", "/usr/bin/curl"), ("python3", f"{sys.executable} -S -I")):
+        for tool, real in (("curl", "/usr/bin/curl"), ("python3", f"{sys.executable} -S -I"),
+                           ("openssl", "/usr/bin/openssl")):
             spy = self.bin / tool
             # Builtins only (declare -px lists the exported environment): no extra processes.
             spy.write_text(
@@ -330,6 +335,7 @@ class Booted:
 @pytest.fixture(scope="module")
 def booted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
     with open_cloud(tmp_path_factory.mktemp("booted")) as cloud:
+        cloud.metadata.external_ip = EXTERNAL_IP
         node = cloud.node()
         lockfile = node.root / "tmp/libtpu_lockfile"  # a killed server's leftover
         lockfile.parent.mkdir(parents=True)
@@ -377,9 +383,16 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _get(port: int, path: str, key: str | None = None) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    conn.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
+def _tls(node: Node) -> ssl.SSLContext:
+    """A client context trusting only the certificate NODE made for its proxy."""
+    return ssl.create_default_context(cafile=node.root / "run/tpuserve/secrets/tls-cert.pem")
+
+
+def _get(port: int, path: str, key: str | None = None, *, tls: ssl.SSLContext | None = None,
+         method: str = "GET") -> int:
+    conn = (http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=tls) if tls
+            else http.client.HTTPConnection("127.0.0.1", port, timeout=5))
+    conn.request(method, path, headers={"Authorization": f"Bearer {key}"} if key else {})
     status = conn.getresponse().status
     conn.close()
     return status
@@ -514,13 +527,22 @@ def test_secrets_never_leave_the_tmpfs_files(booted: Booted) -> None:
     places += [(str(path), path.read_text(errors="replace"))  # disk, spies, docker calls
                for path in node.root.parent.rglob("*")
                if path.is_file() and secrets_dir not in path.parents]
-    leaks = [f"{name} in {where}" for name, value in cloud.secret_values.items()
+    # The proxy's TLS private key was made on the node: its body is in no log, argv,
+    # environment, guest attribute or file outside the tmpfs either.
+    tls_key = (secrets_dir / "tls-key.pem").read_text()
+    assert "PRIVATE KEY-----" in tls_key
+    key_body = "".join(tls_key.strip().splitlines()[1:-1])
+    secret_values = {**cloud.secret_values, "TLS private key": key_body}
+    places += [("spy log, lines joined", "".join(spied.split()))]
+    leaks = [f"{name} in {where}" for name, value in secret_values.items()
              for where, text in places if value in text]
     assert leaks == []
     assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
-    assert sorted(p.name for p in secrets_dir.iterdir()) == ["api-key", "api-key.conf", "hf_token"]
+    assert sorted(p.name for p in secrets_dir.iterdir()) == [
+        "api-key", "api-key.conf", "hf_token", "tls-cert.pem", "tls-cert.san", "tls-key.pem"]
+    public = {"tls-cert.pem", "tls-cert.san"}  # the certificate is published on purpose
     for f in secrets_dir.iterdir():
-        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+        assert stat.S_IMODE(f.stat().st_mode) == (0o644 if f.name in public else 0o600), f
     assert (secrets_dir / "hf_token").read_text() == cloud.hf_token  # trailing newline dropped
     assert f'"Bearer {cloud.api_key}"' in (secrets_dir / "api-key.conf").read_text()
     vllm = node.container("vllm-gemma4")
@@ -531,19 +553,75 @@ def test_secrets_never_leave_the_tmpfs_files(booted: Booted) -> None:
     assert f"{secrets_dir}/hf_token:/run/secrets/hf_token:ro" in vllm["volumes"]
     proxy = node.container("tpuserve-proxy")
     assert f"{secrets_dir}/api-key.conf:/etc/nginx/tpuserve/api-key.conf:ro" in proxy["volumes"]
+    assert f"{secrets_dir}/tls-key.pem:/etc/nginx/tpuserve/tls-key.pem:ro" in proxy["volumes"]
 
 
 def test_the_proxy_requires_the_key_on_every_path_but_health(booted: Booted) -> None:
     cloud = booted.cloud
-    port = cloud.public_port
-    assert _get(port, "/health") == 200
-    for path in ("/v1/models", "/metrics", "/tokenize", "/version", "/"):
-        assert _get(port, path) == 401, path
-        assert _get(port, path, "wrong-key-0123456789") == 401, path
-    assert _get(port, "/v1/models", cloud.api_key) == 200
-    assert _get(port, "/metrics", cloud.api_key) == 200
+    port, tls = cloud.public_port, _tls(booted.node)
+    assert _get(port, "/health", tls=tls) == 200
+    for path in ("/v1/models", "/metrics", "/tokenize", "/version", "/", "//health",
+                 "/health/../metrics"):
+        assert _get(port, path, tls=tls) == 401, path
+        assert _get(port, path, "wrong-key-0123456789", tls=tls) == 401, path
+    assert _get(port, "/health", method="POST", tls=tls) == 401
+    assert _get(port, "/v1/models", cloud.api_key, tls=tls) == 200
+    assert _get(port, "/metrics", cloud.api_key, tls=tls) == 200
+    # The boot checked the same from inside the node (BYPASS_PROBES), and said so.
+    assert re.fullmatch(r"refused count=\d+", booted.cold_attrs["bypass_check"])
     cmd = booted.node.container("vllm-gemma4")["cmd"]
     assert cmd[-4:] == ["--host", "127.0.0.1", "--port", str(cloud.backend_port)]
+
+
+def test_the_proxy_serves_tls_with_a_certificate_made_on_the_node(booted: Booted) -> None:
+    from cryptography import x509
+
+    node, port = booted.node, booted.cloud.public_port
+    secrets_dir = node.root / "run/tpuserve/secrets"
+    fingerprint, cert_b64 = re.fullmatch(r"sha256=([0-9a-f]{64}) cert=(\S+)",
+                                         booted.cold_attrs["tls"]).groups()
+    der = base64.b64decode(cert_b64, validate=True)
+    assert hashlib.sha256(der).hexdigest() == fingerprint
+    cert = x509.load_pem_x509_certificate((secrets_dir / "tls-cert.pem").read_bytes())
+    assert cert.public_bytes(serialization.Encoding.DER) == der  # the published one is served
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} == {
+        "127.0.0.1", EXTERNAL_IP}
+    # openssl made the key into the tmpfs: only paths in its argv.
+    calls = [line for line in node.spy_log.read_text().splitlines()
+             if line.startswith("CALL openssl req")]
+    assert len(calls) == 1 and f"-keyout {secrets_dir}/tls-key.pem.new" in calls[0]
+    # Re-runs keep the certificate while it is valid: clients' pins stay good.
+    assert booted.rerun_attrs["tls"] == booted.cold_attrs["tls"]
+    # The served certificate is the published one; another one is refused; no plain HTTP.
+    with (socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+          _tls(node).wrap_socket(raw, server_hostname="127.0.0.1") as conn):
+        assert conn.getpeercert(binary_form=True) == der
+    other = booted.cloud.base / "other-cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=tpuserve",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", "/dev/null",
+                    "-out", str(other)], check=True, capture_output=True)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _get(port, "/health", tls=ssl.create_default_context(cafile=other))
+    with pytest.raises((OSError, http.client.HTTPException)):
+        _get(port, "/health")
+
+
+def test_tls_off_serves_plain_http_and_publishes_so(cloud: Cloud) -> None:
+    d = cloud.deployment
+    node = cloud.node(d.model_copy(update={
+        "access": d.access.model_copy(update={"tls": "off"}),
+        "stack": d.stack.model_copy(update={"max_run_hours": 0}),
+    }))
+    node.run()
+    attrs = node.attrs()
+    assert attrs["tls"] == "off" and attrs["state"] == "ready"
+    assert attrs["bypass_check"].startswith("refused count=")
+    assert not list((node.root / "run/tpuserve/secrets").glob("tls-*"))
+    assert _get(cloud.public_port, "/v1/models") == 401
+    assert _get(cloud.public_port, "/v1/models", cloud.api_key) == 200
+    assert "CALL openssl" not in node.spy_log.read_text()
 
 
 def test_without_proxy_and_guard_vllm_listens_publicly_and_nothing_deletes(cloud: Cloud) -> None:
@@ -753,7 +831,7 @@ def test_rotated_secrets_replace_only_the_proxy_and_a_reboot_replaces_both(cloud
     node.run()
     started = [argv[argv.index("--name") + 1] for argv in node.docker_commands("run", rerun)]
     assert started == ["tpuserve-proxy"]  # nginx reads the key at start; vLLM keeps serving
-    assert _get(cloud.public_port, "/v1/models", cloud.api_key) == 200
+    assert _get(cloud.public_port, "/v1/models", cloud.api_key, tls=_tls(node)) == 200
     # Rewritten in place: the running container's read-only mount sees the new token.
     assert token_file.stat().st_ino == inode and token_file.read_text() == cloud.hf_token
 
@@ -846,3 +924,20 @@ def test_the_billing_guard_deletes_the_node_at_expiry_and_not_before(cloud: Clou
     assert [r.path for r in _deletes(cloud)] == [
         f"/v2/projects/{d.gcp.project}/locations/{d.gcp.zone}/nodes/{d.node_name}"]
     assert node.attrs()["guard"] == "deleting"
+
+
+def test_a_key_rule_left_by_an_older_script_is_rewritten_on_the_next_run(cloud: Cloud) -> None:
+    d = cloud.deployment
+    node = cloud.node(d.model_copy(update={"stack": d.stack.model_copy(
+        update={"max_run_hours": 0})}))
+    node.run()
+    rule = node.root / "run/tpuserve/secrets/api-key.conf"
+    # The format before the raw-target rule: it answered 401 on /health too.
+    rule.write_text(f'if ($http_authorization != "Bearer {cloud.api_key}") {{\n'
+                    '    return 401;\n}\n')
+    since = time.time()
+    node.run()
+    assert '= "Bearer ' in rule.read_text() and "set $tpuserve_pass 1;" in rule.read_text()
+    started = [argv[argv.index("--name") + 1] for argv in node.docker_commands("run", since)]
+    assert started == ["tpuserve-proxy"]  # a new rule is a new proxy; vLLM keeps serving
+    assert _get(cloud.public_port, "/health", tls=_tls(node)) == 200

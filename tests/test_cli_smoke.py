@@ -48,7 +48,7 @@ def test_smoke_a_stack_uses_its_node_and_config(cli_env: Env) -> None:
     cli_env.seed_ready("spot")
     result = invoke("smoke", "spot")
     assert result.exit_code == 0, result.stdout + result.stderr
-    assert "8/8 passed or skipped" in result.stdout
+    assert "9/9 passed or skipped" in result.stdout
     assert API_KEY not in result.stdout + result.stderr
 
 
@@ -133,3 +133,16 @@ def test_bad_endpoint_is_a_usage_error(bad: str) -> None:
     result = invoke("smoke", "--endpoint", bad)
     assert result.exit_code == 2
     assert_one_line_error(result, "--endpoint")
+
+
+def test_smoke_catches_a_proxy_that_judges_the_normalised_path(cli_env: Env) -> None:
+    good = invoke("smoke", "--endpoint", cli_env.oai.base_url, "--json")
+    assert _results(good.stdout)["no key: encoded variants refused"] == "pass"
+    cli_env.oai.config.leaky_health = True  # the old `location = /health` proxy
+    result = invoke("smoke", "--endpoint", cli_env.oai.base_url, "--json")
+    assert result.exit_code == 1
+    assert _results(result.stdout)["no key: encoded variants refused"] == "fail"
+    assert "the proxy lets it through" in _detail(result.stdout,
+                                                  "no key: encoded variants refused")
+    # The plain checks alone would not have noticed.
+    assert _results(result.stdout)["no key on /metrics refused"] == "pass"

@@ -372,3 +372,17 @@ def test_unreadable_and_malformed_files_are_config_errors(tmp_path: Path) -> Non
             load_raw(environ={"TPUSERVE_CONFIG": str(path)})
         [msg] = exc.value.problems
         assert msg.startswith(f"TPUSERVE_CONFIG = {str(path)!r}: {needle}")
+
+
+def test_tls_is_on_by_default_and_off_warns_when_the_port_is_open() -> None:
+    d = ok()["spot"]
+    assert d.access.tls == "self-signed" and d.access.tls_on and deployment_warnings(d) == []
+    [msg] = problems(access={"tls": "on"})
+    assert "access.tls = 'on'" in msg and "'self-signed' or 'off'" in msg
+    closed = ok(access={"tls": "off"})["spot"]
+    assert not closed.access.tls_on and deployment_warnings(closed) == []  # port 8000 closed
+    for access in ({"tls": "off", "api_source_ranges": ["203.0.113.0/24"]},
+                   {"api_key_proxy": False, "api_source_ranges": ["203.0.113.0/24"]}):
+        d = ok(access=access)["spot"]
+        assert not d.access.tls_on
+        assert any("in clear text" in w for w in deployment_warnings(d)), access

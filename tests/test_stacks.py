@@ -152,7 +152,7 @@ def test_outputs(synthesized, stack) -> None:
     assert out["node_name"]["value"] == f"tpuserve-{stack}"
     assert out["zone"]["value"] == "us-west4-a"
     assert out["external_ip"]["value"] == ip
-    assert out["endpoint"]["value"] == f"http://{ip}:8000/v1"
+    assert out["endpoint"]["value"] == f"https://{ip}:8000/v1"  # access.tls: self-signed
     assert out["ssh_command"]["value"] == f"ssh {ip}"
     assert out["usd_per_hour"]["value"] == {"spot": 0.5779, "ondemand": 1.2}[stack]
 

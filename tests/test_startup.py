@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tpuserve.config import Deployment
+from tpuserve.proxy_conf import NODE_LAYOUT, render_nginx_conf
 from tpuserve.startup import (
     CACHE_OBJECT_PREFIX,
     GUEST_ATTRIBUTE_KEYS,
@@ -187,12 +188,18 @@ def test_the_proxy_config_is_embedded_and_holds_no_key(
     rendered: dict[str, Path], variants: dict[str, Deployment],
 ) -> None:
     conf = "\n".join(_settings(rendered["spot"], '"$NGINX_CONF_TEXT"'))
-    assert "listen 8000;" in conf
+    assert conf + "\n" == render_nginx_conf(public_port=8000, backend_port=8001, tls=True)
+    assert "listen 8000 ssl;" in conf  # access.tls = "self-signed", the default
     assert "server 127.0.0.1:8001;" in conf
-    assert "location = /health {" in conf
+    assert "location = /health" not in conf  # the open request is judged on the raw target
     assert "include /etc/nginx/tpuserve/api-key.conf;" in conf
+    # The boot mounts the key rule and the TLS files where the config reads them.
+    got = _settings(rendered["spot"], '"$PROXY_KEY_PATH" "$PROXY_CERT_PATH" '
+                                      '"$PROXY_TLS_KEY_PATH" "$TLS"')
+    assert got == [NODE_LAYOUT.key_include, NODE_LAYOUT.tls_cert, NODE_LAYOUT.tls_key,
+                   "self-signed"]
     assert "proxy_set_header Authorization \"\";" in conf
-    assert "Bearer" not in conf.replace("requires \"Authorization: Bearer", "")
+    assert "$http_authorization" not in conf  # the key rule is the include's, in the tmpfs
     assert _settings(rendered["no-proxy"], '"$NGINX_CONF_TEXT" "$API_KEY_SECRET"') == ["", ""]
 
 

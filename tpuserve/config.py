@@ -314,6 +314,15 @@ class AccessSettings(StrictModel):
     # vLLM's --api-key guards only /v1; the proxy checks the key on every path but /health.
     api_key_proxy: bool = True
     proxy_image: str = "nginx:1.27.3-alpine"
+    # TLS on the public port, terminated by the proxy: "self-signed" makes a certificate on
+    # the node (its key never leaves it) that the tpuserve CLI pins; "off" sends the key and
+    # every prompt in clear text.
+    tls: Literal["self-signed", "off"] = "self-signed"
+
+    @property
+    def tls_on(self) -> bool:
+        """The proxy terminates TLS: with the proxy off, port 8000 is vLLM's plain HTTP."""
+        return self.api_key_proxy and self.tls == "self-signed"
 
     @field_validator("proxy_image")
     @classmethod
@@ -759,6 +768,14 @@ def deployment_warnings(d: Deployment) -> list[str]:
             "access.api_key_proxy = false with port "
             f"{d.vllm.port} open to {d.access.api_source_ranges}: /metrics, /tokenize and /v1 "
             "are reachable by anyone; keep the proxy or front the node with your own gateway"
+        )
+    if d.access.api_source_ranges and not d.access.tls_on:
+        why = ("access.tls = 'off'" if d.access.api_key_proxy
+               else "access.api_key_proxy = false (the proxy terminates TLS)")
+        out.append(
+            f"{why} with port {d.vllm.port} open to {d.access.api_source_ranges}: the API key "
+            "and every prompt and answer cross the network in clear text; keep the proxy and "
+            "access.tls = 'self-signed' (the default)"
         )
     if d.stack.provisioning_model == "flex" and d.gcp.zone not in FLEX_ZONES_GOOD:
         good = ", ".join(f"{z} ({why})" for z, why in FLEX_ZONES_GOOD.items())

@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 
 from .config import REPO_ROOT, Deployment
+from .proxy_conf import NODE_LAYOUT, render_nginx_conf
 from .vllm_args import (
     CONTAINER_CACHE_DIR,
     CONTAINER_HF_TOKEN_PATH,
@@ -32,7 +33,7 @@ PROXY_CONTAINER_NAME = "tpuserve-proxy"
 GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
 GUEST_ATTRIBUTE_KEYS = (
     "boot", "state", "guard", "secret", "image", "cache", "container", "memory", "kv_cache",
-    "startup_complete", "health", "cache_publish",
+    "startup_complete", "health", "tls", "bypass_check", "cache_publish",
 )
 # Compile-cache objects in the stack's bucket: PREFIX + cache_id() + ".tar.gz".
 CACHE_OBJECT_PREFIX = "xla-cache/"
@@ -107,19 +108,21 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
         "public_port": d.vllm.port,
         "backend_port": backend_port if d.access.api_key_proxy else d.vllm.port,
         "proxy_image": d.access.proxy_image,
+        # The proxy terminates TLS: without it there is no TLS (config refuses the mix).
+        "tls": ("self-signed" if d.access.tls_on else "off") if d.access.api_key_proxy else "",
+        "proxy_key_path": NODE_LAYOUT.key_include,
+        "proxy_cert_path": NODE_LAYOUT.tls_cert,
+        "proxy_tls_key_path": NODE_LAYOUT.tls_key,
         "proxy_container": PROXY_CONTAINER_NAME,
         "cache_bucket": d.cache_bucket if d.cache.enabled else "",
         "cache_key": compile_cache_key(d, argv),
         "cache_prefix": CACHE_OBJECT_PREFIX,
         "max_run_seconds": max_run_seconds(d),
     }
-    ctx["nginx_conf"] = render_nginx_conf(ctx) if d.access.api_key_proxy else ""
+    ctx["nginx_conf"] = render_nginx_conf(
+        public_port=d.vllm.port, backend_port=backend_port, tls=ctx["tls"] == "self-signed",
+    ) if d.access.api_key_proxy else ""
     return ctx
-
-
-def render_nginx_conf(ctx: dict[str, Any]) -> str:
-    text = _env.get_template("nginx.conf.j2").render(**ctx)
-    return text if text.endswith("\n") else text + "\n"
 
 
 def render_startup(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> str:

@@ -23,6 +23,8 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 ATTRIBUTES_PREFIX = "/computeMetadata/v1/instance/attributes/"
 GUEST_PREFIX = "/computeMetadata/v1/instance/guest-attributes/"
+# The first access config's external IP (text); 404 when the node has none.
+EXTERNAL_IP_PATH = "/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/external-ip"
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -77,6 +79,7 @@ class FakeMetadata:
     def __init__(self, *, access_token: str, attributes: dict[str, str] | None = None) -> None:
         self.access_token = access_token
         self.attributes = dict(attributes or {})
+        self.external_ip: str | None = None  # None: no external access config (404)
         self.guest_attributes: dict[tuple[str, str], str] = {}
         self.writes: list[GuestWrite] = []
         self.token_requests = 0
@@ -121,6 +124,10 @@ class FakeMetadata:
             if value is None:
                 return _not_found()
             return Response(value, 200, mimetype="application/text")
+        if path == EXTERNAL_IP_PATH and request.method == "GET":
+            if self.external_ip is None:
+                return _not_found()
+            return Response(self.external_ip, 200, mimetype="application/text")
         if path.startswith(GUEST_PREFIX):
             return self._guest(request, path.removeprefix(GUEST_PREFIX))
         return _not_found()

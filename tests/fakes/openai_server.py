@@ -4,10 +4,14 @@ Raw asyncio HTTP/1.1 (keep-alive, Content-Length bodies, chunked SSE) so one cor
 tens of thousands of tokens per second: `bench/client` uses it to prove the benchmark client
 is never the bottleneck. Routes, as vLLM serves them behind the boot path's API-key proxy:
 
-- GET /health: 200, never guarded.
-- GET /metrics, GET /v1/models, POST /tokenize, POST /v1/chat/completions: 401 without
-  `Authorization: Bearer <api_key>` when `api_key` is set (`open_paths` turns a guard off, to
-  play vLLM without the proxy, whose --api-key guards only /v1).
+- GET /health (and HEAD): 200, never guarded.
+- Everything else, as the proxy rules (templates/nginx.conf.j2): 401 without
+  `Authorization: Bearer <api_key>` when `api_key` is set, unless the request is exactly
+  GET/HEAD of the raw target /health (`open_paths` turns a guard off, to play vLLM without the
+  proxy, whose --api-key guards only /v1). `leaky_health` plays the old proxy that matched the
+  NORMALISED path: `/health?x`, `/metrics/../health`, `//health` then pass unauthenticated,
+  to the routes vLLM would give them (its /metrics mount takes any path under /metrics).
+- `tls`: an ssl.SSLContext to serve HTTPS with (the node's proxy terminates TLS).
 - POST /v1/chat/completions: `stream` with SSE chunks, one token each, and with
   `stream_options.include_usage` a last chunk with empty `choices` and `usage`, then
   `data: [DONE]`; `tools` -> a `get_weather`-style tool call naming the first tool with JSON
@@ -32,10 +36,14 @@ import base64
 import contextlib
 import dataclasses
 import json
+import posixpath
+import re
+import ssl
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 MESSAGE_OVERHEAD = 4  # '<start_of_turn>user\n' ... '<end_of_turn>\n'
 TEMPLATE_OVERHEAD = 3  # '<bos>' and the generation prompt
@@ -60,6 +68,7 @@ class FakeConfig:
     no_tool_call: bool = False
     no_tokenize: bool = False
     health_status: int = 200
+    leaky_health: bool = False  # the regression smoke's bypass probes must catch
 
 
 @dataclass
@@ -81,9 +90,11 @@ class _Request:
 class FakeOpenAIServer:
     """`with FakeOpenAIServer(FakeConfig(...)) as base_url:` serves on a background thread."""
 
-    def __init__(self, config: FakeConfig | None = None, *, port: int = 0) -> None:
+    def __init__(self, config: FakeConfig | None = None, *, port: int = 0,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.config = config or FakeConfig()
         self.port = port
+        self.tls = tls
         self.requests: list[Recorded] = []
         self.tokens_streamed = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -96,7 +107,7 @@ class FakeOpenAIServer:
     # ------------------------------------------------------------------ lifecycle
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> str:
         return self.start()
@@ -138,7 +149,8 @@ class FakeOpenAIServer:
             self._loop.close()
 
     async def serve(self) -> asyncio.Server:
-        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=512)
+        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=512,
+                                            ssl=self.tls)
         self.port = server.sockets[0].getsockname()[1]
         return server
 
@@ -186,6 +198,13 @@ class FakeOpenAIServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    def _leaks(self, target: str) -> bool:
+        """leaky_health: the old proxy left open whatever it normalised to /health."""
+        if not self.config.leaky_health:
+            return False
+        path = posixpath.normpath(re.sub("/+", "/", unquote(target.split("?", 1)[0])))
+        return path == "/health"
+
     def _authorized(self, req: _Request) -> bool:
         key = self.config.api_key
         return key is None or req.headers.get("authorization") == f"Bearer {key}"
@@ -201,9 +220,17 @@ class FakeOpenAIServer:
         path = req.path.split("?", 1)[0]
         self.requests.append(Recorded(req.method, path, authorized, body))
         route = (req.method, path)
-        if route == ("GET", "/health"):
+        exactly_health = req.method in ("GET", "HEAD") and req.path == "/health"
+        if (self.config.api_key is not None and not authorized and not exactly_health
+                and path not in self.config.open_paths and not self._leaks(req.path)):
+            # The proxy's answer (vLLM's --api-key middleware answers 401 too).
+            _json(w, 401, {"error": "Unauthorized"})
+            return True
+        if route in (("GET", "/health"), ("HEAD", "/health")):
             _respond(w, self.config.health_status, b"", "text/plain")
             return True
+        if path.startswith("/metrics/"):  # vLLM's prometheus mount answers under it
+            route = ("GET", "/metrics") if req.method == "GET" else route
         known = {
             ("GET", "/metrics"),
             ("GET", "/v1/models"),

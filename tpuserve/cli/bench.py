@@ -19,7 +19,17 @@ from tpuserve.ops import bench_report, server
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
 
 from . import common
-from .common import ApiKeyOpt, EndpointOpt, JsonOpt, OptionalStackArg, command, console, emit_json
+from .common import (
+    ApiKeyOpt,
+    CacertOpt,
+    EndpointOpt,
+    FingerprintOpt,
+    JsonOpt,
+    OptionalStackArg,
+    command,
+    console,
+    emit_json,
+)
 
 
 def _ints(option: str, text: str) -> tuple[int, ...]:
@@ -61,6 +71,8 @@ def bench(
     stack: OptionalStackArg = None,
     endpoint: EndpointOpt = None,
     api_key: ApiKeyOpt = None,
+    fingerprint: FingerprintOpt = None,
+    cacert: CacertOpt = None,
     contexts: Annotated[str, typer.Option(help="Prompt lengths in tokens (SPEC 6).")] = ",".join(
         map(str, engine.DEFAULT_CONTEXTS)
     ),
@@ -96,8 +108,8 @@ def bench(
         requests_per_client=requests_per_client, warmup=warmup, ignore_eos=ignore_eos,
         timeout_s=timeout,
     )
-    target, d = common.resolve_target(stack, endpoint, api_key)
-    with server.http_client(min(timeout, 60.0)) as http:
+    target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
+    with server.http_client(min(timeout, 60.0), verify=target.ssl_context) as http:
         served, mml = server.served_model(http, target)
         model_id = model or served
         plan.validate(mml or (d.vllm.max_model_len if d else None))

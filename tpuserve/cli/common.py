@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -34,8 +35,20 @@ OptionalStackArg = Annotated[
 ]
 EndpointOpt = Annotated[
     str | None,
-    typer.Option("--endpoint", help="Server root URL (e.g. http://34.1.2.3:8000) instead of a "
+    typer.Option("--endpoint", help="Server root URL (e.g. https://34.1.2.3:8000) instead of a "
                  "stack: any OpenAI-compatible server.", show_default=False),
+]
+FingerprintOpt = Annotated[
+    str | None,
+    typer.Option("--fingerprint", help="With an https --endpoint: the SHA-256 of the server's "
+                 "certificate (`tpuserve endpoint STACK` prints it); only that certificate is "
+                 "trusted.", show_default=False),
+]
+CacertOpt = Annotated[
+    Path | None,
+    typer.Option("--cacert", help="With an https --endpoint: a PEM certificate or CA to verify "
+                 "the server with (names checked), instead of the system's CAs.",
+                 show_default=False),
 ]
 ApiKeyOpt = Annotated[
     str | None,
@@ -53,7 +66,7 @@ def emit_json(obj: Any, *, line: bool = False) -> None:
 
 
 def log(msg: str) -> None:
-    err_console.print(msg, markup=False)
+    err_console.print(msg, markup=False, emoji=False)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -89,7 +102,8 @@ def command(fn: F) -> F:
 
 
 def _fail(line: str, code: int, as_json: bool) -> None:
-    err_console.print(f"tpuserve: error: {line}", markup=False, soft_wrap=True)
+    # emoji=False: a fingerprint's ":AB:" would print as an emoji.
+    err_console.print(f"tpuserve: error: {line}", markup=False, emoji=False, soft_wrap=True)
     if as_json:
         emit_json({"ok": False, "error": line, "exit_code": code})
     raise typer.Exit(code)
@@ -134,13 +148,32 @@ def deploy_runner() -> Any:
 
 
 def resolve_target(
-    stack: str | None, endpoint: str | None, api_key: str | None
+    stack: str | None, endpoint: str | None, api_key: str | None,
+    fingerprint: str | None = None, cacert: Path | None = None,
 ) -> tuple[ServerTarget, Deployment | None]:
-    """A stack (its node's external IP from the TPU API) or an explicit --endpoint."""
+    """A stack (its node's external IP from the TPU API, TLS pinned to the certificate the node
+    published) or an explicit --endpoint (https: --fingerprint, --cacert or the system's CAs).
+    A server whose certificate is not the pinned one is refused before any key is sent."""
+    from tpuserve.ops import tls
+
     if endpoint and stack:
         raise OpsError("give a STACK or --endpoint, not both", exit_code=EXIT_USAGE)
+    if fingerprint and cacert:
+        raise OpsError("give --fingerprint or --cacert, not both", exit_code=EXIT_USAGE)
     if endpoint:
-        return ServerTarget(normalize_base_url(endpoint), api_key or None), None
+        base = normalize_base_url(endpoint)
+        if (fingerprint or cacert) and not base.startswith("https://"):
+            raise OpsError(f"--endpoint = {endpoint!r}: --fingerprint and --cacert need an "
+                           "https:// URL", exit_code=EXIT_USAGE)
+        context = None
+        if fingerprint:
+            context = tls.fingerprint_context(base, tls.parse_fingerprint(fingerprint))
+        elif cacert:
+            context = tls.cacert_context(cacert)
+        return ServerTarget(base, api_key or None, ssl_context=context), None
+    if fingerprint or cacert:
+        raise OpsError("--fingerprint and --cacert go with --endpoint; a stack's certificate "
+                       "is pinned from its node's guest attributes", exit_code=EXIT_USAGE)
     if not stack:
         raise OpsError("give a STACK (spot, ondemand, flex) or --endpoint URL",
                        exit_code=EXIT_USAGE)
@@ -159,7 +192,13 @@ def resolve_target(
             hint=f'export {API_KEY_ENV}="$({key_command(d)})"',
             exit_code=EXIT_USAGE,
         )
-    return ServerTarget(f"http://{node.external_ip}:{d.vllm.port}", api_key or None), d
+    from tpuserve.ops.boot_phases import NAMESPACE
+
+    attrs = node_api().guest_attributes(d, NAMESPACE) if d.access.tls_on else {}
+    target = tls.stack_target(d, node.external_ip, attrs, api_key or None)
+    if target.pin is not None:
+        tls.verify_peer(target.base_url, target.pin)
+    return target, d
 
 
 def key_command(d: Deployment) -> str:

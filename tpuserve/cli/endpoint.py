@@ -1,11 +1,17 @@
-"""`tpuserve endpoint STACK`: the base URL, and how to get the API key (never the key itself)."""
+"""`tpuserve endpoint STACK`: the base URL, the node's TLS certificate and how to give it to
+clients, and how to get the API key (never the key itself)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from tpuserve.config import Deployment
-from tpuserve.ops.errors import OpsError
+from tpuserve.ops import tls
+from tpuserve.ops.boot_phases import NAMESPACE
+from tpuserve.ops.errors import EXIT_USAGE, OpsError
 
 from . import common
 from .common import API_KEY_ENV, JsonOpt, StackArg, command, console, emit_json
@@ -20,10 +26,32 @@ def create_key_command(d: Deployment) -> str:
     )
 
 
+def client_howto(base: str, cert_file: str) -> dict[str, str]:
+    """How curl and the OpenAI SDK trust the node's certificate (it names the node's external
+    IP, so standard verification with it as the only CA works)."""
+    return {
+        "curl": f'curl --cacert {cert_file} -H "Authorization: Bearer ${API_KEY_ENV}" '
+                f"{base}/v1/models",
+        "openai_sdk": (
+            "import os, ssl, httpx, openai; client = openai.OpenAI(base_url="
+            f'"{base}/v1", api_key=os.environ["{API_KEY_ENV}"], http_client=httpx.Client('
+            f'verify=ssl.create_default_context(cafile="{cert_file}")))'
+        ),
+        "tpuserve": f"tpuserve smoke --endpoint {base} --cacert {cert_file}",
+    }
+
+
 @command
-def endpoint(stack: StackArg, json_output: JsonOpt = False) -> None:
-    """The server's base URL (the external IP changes with every new node: never hard-code it)
-    and the command that prints its API key."""
+def endpoint(
+    stack: StackArg,
+    cert_out: Annotated[Path | None, typer.Option(
+        "--cert-out", help="Write the node's TLS certificate (PEM, public) to this file for "
+        "curl --cacert and the OpenAI SDK.", show_default=False)] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """The server's base URL (the external IP changes with every new node: never hard-code it),
+    its TLS certificate (made on the node at boot; SHA-256 published in guest attributes) with
+    how to give it to curl and the OpenAI SDK, and the command that prints its API key."""
     d = common.load_stack(stack)
     node = common.node_api().get(d)
     if node is None:
@@ -32,7 +60,23 @@ def endpoint(stack: StackArg, json_output: JsonOpt = False) -> None:
     if not node.external_ip:
         raise OpsError(f"{stack}: node {d.node_name} is {node.state} with no external IP yet",
                        hint=f"`tpuserve wait {stack}` blocks until it serves")
-    base = f"http://{node.external_ip}:{d.vllm.port}"
+    pending = ""
+    try:
+        target = tls.stack_target(d, node.external_ip,
+                                  common.node_api().guest_attributes(d, NAMESPACE))
+        base, pin = target.base_url, target.pin
+    except OpsError as exc:
+        if cert_out is not None:
+            raise
+        # Still booting: the URL is known, the certificate comes with the boot's secrets step.
+        base, pin, pending = f"https://{node.external_ip}:{d.vllm.port}", None, exc.message
+    cert_file = str(cert_out) if cert_out else f"tpuserve-{stack}.pem"
+    if cert_out is not None:
+        if pin is None:
+            raise OpsError(f"--cert-out: {stack} serves plain HTTP (access.tls = 'off'): no "
+                           "certificate", exit_code=EXIT_USAGE)
+        cert_out.write_text(pin.pem)
+    howto = client_howto(base, cert_file) if pin else {}
     key_cmd = common.key_command(d) if d.access.api_key_proxy else None
     if json_output:
         emit_json({
@@ -40,6 +84,9 @@ def endpoint(stack: StackArg, json_output: JsonOpt = False) -> None:
             "node_state": node.state,
             "base_url": base,
             "openai_base_url": base + "/v1",
+            "tls": {"sha256": pin.fingerprint, "cert_pem": pin.pem,
+                    "cert_file": str(cert_out) if cert_out else None, **howto} if pin else None,
+            "tls_pending": pending or None,
             "api_key_required": d.access.api_key_proxy,
             "api_key_secret": d.api_key_secret_id if d.access.api_key_proxy else None,
             "api_key_command": key_cmd,
@@ -50,6 +97,22 @@ def endpoint(stack: StackArg, json_output: JsonOpt = False) -> None:
     console.print(f"OpenAI base  {base}/v1")
     if node.state != "READY":
         console.print(f"[yellow]node is {node.state}: `tpuserve wait {stack}`[/]")
+    if pending:
+        console.print(f"TLS          {pending}", soft_wrap=True, markup=False)
+    elif pin is None:
+        console.print("TLS          off: access.tls = 'off', the key and prompts travel in clear "
+                      "text")
+    else:
+        console.print(f"TLS sha256   {tls.colons(pin.fingerprint)} (self-signed, made on the "
+                      "node; a new node makes a new one)", soft_wrap=True, emoji=False)
+        if cert_out is None:
+            console.print(f"certificate  tpuserve endpoint {stack} --cert-out {cert_file}",
+                          soft_wrap=True, markup=False)
+        else:
+            console.print(f"certificate  written to {cert_file} (public)", soft_wrap=True,
+                          markup=False)
+        console.print(f"curl         {howto['curl']}", soft_wrap=True, markup=False)
+        console.print(f"OpenAI SDK   {howto['openai_sdk']}", soft_wrap=True, markup=False)
     if key_cmd:
         console.print(f'API key      export {API_KEY_ENV}="$({key_cmd})"', soft_wrap=True,
                       markup=False)

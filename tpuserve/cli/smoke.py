@@ -11,7 +11,17 @@ from tpuserve.ops import smoke as checks
 from tpuserve.ops.server import http_client
 
 from . import common
-from .common import ApiKeyOpt, EndpointOpt, JsonOpt, OptionalStackArg, command, console, emit_json
+from .common import (
+    ApiKeyOpt,
+    CacertOpt,
+    EndpointOpt,
+    FingerprintOpt,
+    JsonOpt,
+    OptionalStackArg,
+    command,
+    console,
+    emit_json,
+)
 
 _STYLE = {checks.PASS: "[green]pass[/]", checks.FAIL: "[bold red]FAIL[/]",
           checks.SKIP: "[yellow]skip[/]"}
@@ -22,6 +32,8 @@ def smoke(
     stack: OptionalStackArg = None,
     endpoint: EndpointOpt = None,
     api_key: ApiKeyOpt = None,
+    fingerprint: FingerprintOpt = None,
+    cacert: CacertOpt = None,
     model: Annotated[str | None, typer.Option(help="Model id (default: the stack's, else the "
                                               "first of /v1/models).", show_default=False)] = None,
     max_model_len: Annotated[int | None, typer.Option(
@@ -37,7 +49,7 @@ def smoke(
 ) -> None:
     """Health, a chat completion, a get_weather tool call, an image, a prompt near
     max_model_len, and (with the API-key proxy) refusals without the key. Exits 1 on any FAIL."""
-    target, d = common.resolve_target(stack, endpoint, api_key)
+    target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
     opts = checks.SmokeOptions(
         model=model or (d.vllm.model if d else None),
         max_model_len=max_model_len or (d.vllm.max_model_len if d else None),
@@ -50,7 +62,7 @@ def smoke(
     def on_check(c: checks.Check) -> None:
         common.log(f"{c.result:>4}  {c.name}: {c.detail}")
 
-    with http_client(timeout) as http:
+    with http_client(timeout, verify=target.ssl_context) as http:
         results = checks.run_smoke(target, opts, http=http, on_check=on_check)
     failed = [c for c in results if not c.ok]
     if json_output:

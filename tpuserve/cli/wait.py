@@ -9,6 +9,7 @@ import typer
 from tpuserve.ops import waiter
 from tpuserve.ops.server import http_client
 from tpuserve.ops.stack_status import HEALTH_TIMEOUT_S, format_duration
+from tpuserve.ops.tls import colons
 
 from . import common
 from .common import JsonOpt, StackArg, command, console, emit_json, err_console
@@ -55,6 +56,10 @@ def wait(
     console.print(f"{stack} is serving after {format_duration(result.elapsed_s)}")
     console.print(f"external IP  {result.external_ip}")
     console.print(f"endpoint     {result.endpoint}/v1")
+    if result.tls_sha256:
+        console.print(f"TLS sha256   {colons(result.tls_sha256)} (pinned; `tpuserve endpoint "
+                      f"{stack}` shows how to give it to clients)", soft_wrap=True,
+                      emoji=False)
     if d.access.api_key_proxy:
         console.print(f"API key      {common.key_command(d)}", soft_wrap=True)
 

@@ -194,12 +194,13 @@ async def run_bench(
         for clients in plan.clients:
             if plan.warmup:
                 await loadgen.run_requests(url, bodies(words, 1), headers, 1,
-                                           timeout_s=plan.timeout_s, clock=clock)
+                                           timeout_s=plan.timeout_s, clock=clock,
+                                           ssl_context=target.ssl_context)
             reps: list[RepStats] = []
             for rep in range(plan.repetitions):
                 records = await loadgen.run_requests(
                     url, bodies(words, clients * plan.requests_per_client), headers, clients,
-                    timeout_s=plan.timeout_s, clock=clock,
+                    timeout_s=plan.timeout_s, clock=clock, ssl_context=target.ssl_context,
                 )
                 try:
                     stats = rep_stats(records)

@@ -26,6 +26,7 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("kv_cache", "KV cache initialised"),
     ("startup_complete", "startup complete"),
     ("health", "/health OK"),
+    ("bypass_check", "proxy refuses bypasses"),
     ("cache_publish", "compile cache published"),
 )
 _LABELS = dict(PHASES)

@@ -197,7 +197,8 @@ def chat_body(
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def make_client(timeout_s: float) -> httpx.AsyncClient:
+def make_client(timeout_s: float, ssl_context: ssl.SSLContext | None = None,
+                ) -> httpx.AsyncClient:
     """One client, one keep-alive connection, per simulated user: httpcore scans every pooled
     connection on every read, so one shared pool of 64 cost more CPU than the SSE parsing
     (profiled: 19,000 -> 25,000 tokens per CPU-second)."""
@@ -209,7 +210,8 @@ def make_client(timeout_s: float) -> httpx.AsyncClient:
     # 11.7 s to first token (SPEC 6), so it must be generous.
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
     return httpx.AsyncClient(
-        timeout=timeout, trust_env=False, verify=_SSL_CONTEXT,
+        # SSL_CONTEXT: the target's pinned certificate (tpuserve/ops/tls.py), when it has one.
+        timeout=timeout, trust_env=False, verify=ssl_context or _SSL_CONTEXT,
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
     )
 
@@ -222,13 +224,14 @@ async def run_requests(
     *,
     timeout_s: float = 600.0,
     clock: Clock = time.perf_counter,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> list[RequestRecord]:
     """Closed loop: `concurrency` workers each send their next body as soon as one finishes."""
     records: list[RequestRecord | None] = [None] * len(bodies)
     queue = iter(range(len(bodies)))
 
     async def worker() -> None:
-        async with make_client(timeout_s) as client:
+        async with make_client(timeout_s, ssl_context) as client:
             for i in queue:
                 records[i] = await stream_chat(client, url, bodies[i], headers, clock)
 

@@ -6,20 +6,29 @@ root, so a target is the root URL; the OpenAI client gets `<root>/v1`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ssl
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from .errors import EXIT_USAGE, OpsError, one_line
 
+if TYPE_CHECKING:
+    from .tls import Pin
+
 
 @dataclass(frozen=True)
 class ServerTarget:
     base_url: str  # scheme://host:port, no trailing slash, no /v1
     api_key: str | None = field(default=None, repr=False)  # never printed
+    # https: the context every client of this server uses (tpuserve/ops/tls.py pins it);
+    # None: the system's CAs (or plain http).
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    pin: Pin | None = field(default=None, repr=False, compare=False)
 
     @property
     def v1(self) -> str:
@@ -35,7 +44,7 @@ def normalize_base_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise OpsError(
             f"--endpoint = {url!r}: not an http(s) URL",
-            hint="give the server's root, e.g. http://34.1.2.3:8000",
+            hint="give the server's root, e.g. https://34.1.2.3:8000",
             exit_code=EXIT_USAGE,
         )
     path = parts.path.rstrip("/")
@@ -43,15 +52,28 @@ def normalize_base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
-def http_client(timeout_s: float = 30.0) -> httpx.Client:
+def http_client(timeout_s: float = 30.0, verify: ssl.SSLContext | None = None) -> httpx.Client:
+    """VERIFY: the target's pinned context (ServerTarget.ssl_context); None: the system's CAs."""
     return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-                        trust_env=False)
+                        trust_env=False, verify=verify if verify is not None else True)
+
+
+@contextmanager
+def client_for(http: httpx.Client, target: ServerTarget) -> Iterator[httpx.Client]:
+    """HTTP, or a client of the same timeouts that trusts only TARGET's pinned certificate
+    (status and wait share one client across stacks, each with its own certificate)."""
+    if target.ssl_context is None:
+        yield http
+        return
+    with httpx.Client(timeout=http.timeout, trust_env=False, verify=target.ssl_context) as c:
+        yield c
 
 
 def health(http: httpx.Client, target: ServerTarget) -> tuple[bool, str]:
     """GET /health (never guarded): (ok, one-line detail). Never raises for network faults."""
     try:
-        resp = http.get(target.base_url + "/health")
+        with client_for(http, target) as client:
+            resp = client.get(target.base_url + "/health")
     except httpx.HTTPError as exc:
         return False, f"{type(exc).__name__}: {one_line(exc, 120) or 'no answer'}"
     return resp.status_code == 200, f"HTTP {resp.status_code}"

@@ -7,11 +7,14 @@ would look like a broken deploy). Raw HTTP (health, the refusals without a key) 
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -98,6 +101,9 @@ def run_smoke(
     client = openai.OpenAI(
         base_url=target.v1, api_key=target.api_key or "EMPTY", max_retries=0,
         timeout=opts.timeout_s,
+        # https: only the pinned certificate (tpuserve/ops/tls.py); None: the system's CAs.
+        http_client=httpx.Client(timeout=opts.timeout_s, verify=target.ssl_context)
+        if target.ssl_context is not None else None,
     )
     checks: list[Check] = []
     state: dict[str, Any] = {"model": opts.model, "max_model_len": opts.max_model_len}
@@ -241,6 +247,51 @@ def run_smoke(
     run("tool call", tool_call)
     run("image input", image)
     run("long prompt", long_prompt)
+    def bypass() -> str:
+        if not opts.expect_auth:
+            raise _Skip("the API-key proxy is off (access.api_key_proxy = false)")
+        for method, raw_path in BYPASS_PROBES:
+            try:
+                status = raw_status(target, method, raw_path, timeout_s=min(opts.timeout_s, 30))
+            except OSError as exc:
+                raise CheckFailed(f"{method} {raw_path}: {type(exc).__name__}: "
+                                  f"{one_line(exc, 80)}") from None
+            if status != 401:  # nginx parses each of them, so its key rule must answer
+                raise CheckFailed(f"{method} {raw_path} without the key: HTTP {status}, "
+                                  "expected 401: the proxy lets it through")
+        return f"{len(BYPASS_PROBES)} encoded variants of /health and /metrics: 401"
+
     run("no key on /v1 refused", refused("/v1/models"))
     run("no key on /metrics refused", refused("/metrics"))
+    run("no key: encoded variants refused", bypass)
     return checks
+
+
+# Requests only exactly GET/HEAD /health may make without the key, sent as written (no client
+# normalisation): dot segments plain and encoded, double slashes, case, query, trailing
+# segment, another method. vLLM routes on the raw path and its /metrics mount takes any path
+# under it; tests/test_proxy_nginx.py holds the full table run against the real nginx.
+BYPASS_PROBES: tuple[tuple[str, str], ...] = (
+    ("GET", "/metrics/../health"), ("GET", "/metrics/%2e%2e/health"),
+    ("GET", "/metrics%2F..%2Fhealth"), ("GET", "/health/../metrics"),
+    ("GET", "/health/%2e%2e/metrics"), ("GET", "//health"), ("GET", "/HEALTH"),
+    ("GET", "/health?x"), ("GET", "/health/x"), ("POST", "/health"),
+)
+
+
+def raw_status(target: ServerTarget, method: str, raw_path: str, *, timeout_s: float) -> int:
+    """The status of METHOD RAW_PATH sent byte for byte (http.client does not normalise a
+    path), without the key, through the target's TLS context."""
+    parts = urlsplit(target.base_url)
+    host, port = parts.hostname or "", parts.port
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        ctx = target.ssl_context or ssl.create_default_context()
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout_s, context=ctx)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request(method, parts.path + raw_path, headers={"Content-Length": "0"})
+        return conn.getresponse().status
+    finally:
+        conn.close()

@@ -13,8 +13,9 @@ from tpuserve.config import Deployment, parse_duration
 from tpuserve.planner import cost_for_hours
 from tpuserve.queued_resource import DEAD_STATES, MISSING, QueuedResource, ref_for
 
-from . import server
+from . import server, tls
 from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time
+from .errors import OpsError
 from .tpu_nodes import NodeView
 
 # Node states that end a node's life: only a new node (a redeploy) brings the server back.
@@ -67,7 +68,8 @@ class StackStatus:
     def endpoint(self) -> str | None:
         if self.node is None or not self.node.external_ip:
             return None
-        return f"http://{self.node.external_ip}:{self.d.vllm.port}"
+        scheme = "https" if self.d.access.tls_on else "http"
+        return f"{scheme}://{self.node.external_ip}:{self.d.vllm.port}"
 
     @property
     def billing(self) -> bool:
@@ -210,11 +212,17 @@ def stack_status(
     qr = qrs.get_queued_resource(ref_for(d)) if d.stack.provisioning_model == "flex" else None
     node = nodes.get(d)
     boot = BootReport("unknown", "", ())
+    attrs: dict[str, str] = {}
     if node is not None and node.state not in ("CREATING", "DELETING"):
-        boot = parse_boot(nodes.guest_attributes(d, NAMESPACE))
+        attrs = nodes.guest_attributes(d, NAMESPACE)
+        boot = parse_boot(attrs)
     health_ok: bool | None = None
     detail = "not checked: no READY node with an external IP"
     if node is not None and node.state == "READY" and node.external_ip:
-        target = server.ServerTarget(f"http://{node.external_ip}:{d.vllm.port}")
-        health_ok, detail = server.health(http, target)
+        try:
+            target = tls.stack_target(d, node.external_ip, attrs)
+        except OpsError as exc:
+            detail = f"not checked: {exc.message}"
+        else:
+            health_ok, detail = server.health(http, target)
     return StackStatus(d, node, qr, boot, health_ok, detail, now())

@@ -17,7 +17,7 @@ import httpx
 from tpuserve.config import Deployment
 from tpuserve.queued_resource import ALIVE_STATES, MISSING, ref_for
 
-from . import server
+from . import server, tls
 from .boot_phases import NAMESPACE, parse_boot
 from .errors import EXIT_TIMEOUT, OpsError
 from .stack_status import LOST_NODE_STATES, NodeSource, QueuedResourceSource
@@ -48,6 +48,7 @@ class WaitResult:
     external_ip: str
     elapsed_s: float
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds when it completed
+    tls_sha256: str | None = None  # the pinned certificate's fingerprint (https only)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -57,6 +58,7 @@ class WaitResult:
             "external_ip": self.external_ip,
             "elapsed_s": round(self.elapsed_s, 1),
             "phases": {k: round(v, 1) for k, v in self.phases.items()},
+            "tls_sha256": self.tls_sha256,
         }
 
 
@@ -144,7 +146,8 @@ def wait_for_stack(
                 report(PHASE_NODE, node.state, finished=node.state == "READY")
         # 3. boot phases, 4. health
         if node is not None and node.state == "READY":
-            boot = parse_boot(nodes.guest_attributes(d, NAMESPACE))
+            attrs = nodes.guest_attributes(d, NAMESPACE)
+            boot = parse_boot(attrs)
             if boot.state == "failed":
                 raise WaitFailed(
                     PHASE_BOOT, f"{name}: boot failed: {boot.reason or 'no reason recorded'}",
@@ -158,14 +161,21 @@ def wait_for_stack(
                 step = "ready"
             report(PHASE_BOOT, step, finished=boot.state == "ready")
             if node.external_ip:
-                target = server.ServerTarget(f"http://{node.external_ip}:{d.vllm.port}")
-                ok, detail = server.health(http, target)
-                if ok:
+                try:
+                    target = tls.stack_target(d, node.external_ip, attrs)
+                except OpsError as exc:
+                    # The TLS certificate comes with the boot's secrets step: keep waiting.
+                    target, detail = None, exc.message
+                ok = False
+                if target is not None:
+                    ok, detail = server.health(http, target)
+                if ok and target is not None:
                     # A boot script without guest attributes: /health is the only signal.
                     report(PHASE_BOOT, "ready", finished=True)
                     report(PHASE_HEALTH, "ok", finished=True)
                     return WaitResult(name, target.base_url, node.external_ip,
-                                      clock() - start, done)
+                                      clock() - start, done,
+                                      target.pin.fingerprint if target.pin else None)
                 report(PHASE_HEALTH, detail)
             else:
                 raise WaitFailed(
