@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 
 from stacks.literals import escape_literals
+from tests.nginx_support import NGINX
 from tpuserve.config import REPO_ROOT, Deployment, load_raw, validate
-from tpuserve.startup import render_nginx_conf, render_startup, startup_context, vllm_command
+from tpuserve.startup import render_startup, startup_context, vllm_command
 
 BASE = load_raw(environ={})
 TERRAFORM = shutil.which("terraform")
-NGINX = shutil.which("nginx")
 
 HOSTILE = [
     "$(id)", "$(touch /tmp/pwned)", "`id`", "'", '"', "a'b", 'a"b', "'; id; echo '",
@@ -233,6 +233,12 @@ def _nginx_t(conf: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     (etc / "tpuserve").mkdir(parents=True, exist_ok=True)
     (etc / "tpuserve" / "api-key.conf").write_text(
         'if ($http_authorization != "Bearer k") { return 401; }\n')
+    # The default serves TLS: a throwaway certificate where the node's boot writes its own.
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", "/CN=t",
+                    "-keyout", str(etc / "tpuserve" / "tls-key.pem"),
+                    "-out", str(etc / "tpuserve" / "tls-cert.pem")],
+                   check=True, capture_output=True)
     for name, line in (("passwd", "nginx:x:101:101::/nonexistent:/usr/sbin/nologin"),
                        ("group", "nginx:x:101:")):
         (tmp / name).write_text(Path(f"/etc/{name}").read_text() + line + "\n")
@@ -245,15 +251,15 @@ def _nginx_t(conf: str, tmp: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_nginx_config_holds_no_config_value(landed, deployments, tmp_path: Path) -> None:
-    default = render_nginx_conf(startup_context(deployments["spot"]))
+    default = startup_context(deployments["spot"])["nginx_conf"]
     for setting, value, d in landed:
         try:
-            conf = render_nginx_conf(startup_context(d))
+            conf = startup_context(d)["nginx_conf"]
         except ValueError:
             continue  # refused by the renderer (leading dash), checked above
         assert conf == default, (setting, value[:80])
-    assert _directives(default)[:3] == ["user nginx", "worker_processes auto",
-                                        "error_log /dev/stderr warn"]
+    assert _directives(default)[:4] == ["user nginx", "worker_processes auto",
+                                        "pid /var/run/nginx.pid", "error_log /dev/stderr warn"]
     if NGINX is None or shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("nginx -t needs Debian's nginx (apt-get install -y nginx), unshare and root")
     proc = _nginx_t(default, tmp_path)

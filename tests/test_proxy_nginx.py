@@ -10,10 +10,8 @@ key, everything nginx accepts is proxied with its target unchanged; a wrong key 
 
 from __future__ import annotations
 
-import os
 import pwd
 import re
-import shutil
 import socket
 import ssl
 import subprocess
@@ -24,12 +22,11 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.vllm_routes import Upstream
+from tests.nginx_support import NGINX
 from tpuserve.config import load_deployments
 from tpuserve.proxy_conf import ProxyLayout, render_nginx_conf
 from tpuserve.startup import render_startup
 
-NGINX = shutil.which("nginx") or next(
-    (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
 pytestmark = pytest.mark.skipif(
     NGINX is None, reason="the nginx binary is absent (Debian: apt-get install -y nginx)")
 API_KEY = "tpk-" + "A1b2C3d4E5f6G7h8" * 2
