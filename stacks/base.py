@@ -16,6 +16,7 @@ from .cdk import (
     TerraformStack,
 )
 from .foundation import Foundation
+from .network import Network
 
 
 def tf_literal(value: Any) -> Any:
@@ -51,7 +52,8 @@ class ServingStack(TerraformStack):
             self, "google_beta", project=d.gcp.project, region=d.gcp.region, zone=d.gcp.zone,
             default_labels={"managed-by": "tpuserve"},
         )
-        self.foundation = Foundation(self, "foundation", deployment=d)
+        self.network = Network(self, "network", deployment=d)
+        self.foundation = Foundation(self, "foundation", deployment=d, network=self.network)
         self.startup_script = render_startup(d)
 
     def output(self, name: str, value: object, description: str) -> None:

@@ -113,8 +113,10 @@ class FlexStack(ServingStack):
                     working_dir=REPO_ROOT, environment={ENV_NAME: "${self.input.name}"},
                 ),
             ],
-            # The node must not boot before it may read its secrets and write its cache.
-            depends_on=[self.foundation.service_account, *self.foundation.grants],
+            # The node must not boot before it may read its secrets and write its cache, nor
+            # before its network exists.
+            depends_on=[self.foundation.service_account, *self.foundation.grants,
+                        *self.network.resources],
         )
         self.queued_resource.override_logical_id("queued_resource")
 
