@@ -224,6 +224,22 @@ def _get_node(tpu: GoogleApi, target: GuardTarget) -> dict[str, Any] | None:
         raise
 
 
+class GuardApi:
+    """Arms a deployment's guard with the caller's credentials (`tpuserve recover`)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = environ
+
+    def arm(self, d: Any) -> str | None:
+        """What was done, in words; None when the deployment has no guard."""
+        target = guard_target(d)
+        if target is None:
+            return None
+        tasks = CloudTasks(environ=self._environ)
+        tpu = GoogleApi("tpu", TPU_API, environ=self._environ)
+        return arm(target, tasks=tasks, tpu=tpu).describe()
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
