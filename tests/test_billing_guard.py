@@ -122,7 +122,10 @@ def test_arming_creates_one_task_at_create_time_plus_max_run_and_is_idempotent(
     first = apis.arm()
     assert first.created and first.removed == ()
     assert first.deadline == dt.datetime(2026, 1, 1, 8, tzinfo=dt.UTC)
-    assert "deletes the node at 2026-01-01T08:00:00Z" in first.describe()
+    before = dt.datetime(2026, 1, 1, 7, 59, tzinfo=dt.UTC)
+    assert first.describe(before) == "billing guard armed: deletes the node at 2026-01-01T08:00:00Z"
+    after = dt.datetime(2026, 1, 1, 8, tzinfo=dt.UTC)
+    assert "(already past: Cloud Tasks runs it now)" in first.describe(after)
     again = apis.arm()
     assert not again.created and again.task == first.task
     assert apis.tasks.task_names() == [first.task]

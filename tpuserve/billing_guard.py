@@ -161,10 +161,13 @@ class ArmResult:
     created: bool  # False: that node's task was there already
     removed: tuple[str, ...]  # stale tasks of earlier nodes with the same name
 
-    def describe(self) -> str:
+    def describe(self, now: dt.datetime | None = None) -> str:
         verb = "armed" if self.created else "already armed"
         stale = f"; removed {len(self.removed)} stale task(s)" if self.removed else ""
-        return f"billing guard {verb}: deletes the node at {rfc3339(self.deadline)}{stale}"
+        now = now or dt.datetime.now(dt.UTC)
+        past = " (already past: Cloud Tasks runs it now)" if self.deadline <= now else ""
+        return (f"billing guard {verb}: deletes the node at {rfc3339(self.deadline)}{past}"
+                f"{stale}")
 
 
 def _node_tasks(tasks: CloudTasks, target: GuardTarget) -> list[str]:
@@ -186,10 +189,6 @@ def arm(target: GuardTarget, *, tasks: CloudTasks, tpu: GoogleApi) -> ArmResult:
     removed = []
     try:
         existing = _node_tasks(tasks, target)
-        for name in existing:
-            if name != task["name"]:
-                tasks.delete_task(name)
-                removed.append(name)
         made = task["name"] not in existing
         if made:
             try:
@@ -198,6 +197,11 @@ def arm(target: GuardTarget, *, tasks: CloudTasks, tpu: GoogleApi) -> ArmResult:
                 if exc.code != 409:
                     raise
                 made = False  # created meanwhile (or already run): that node is guarded
+        # Only once the new deadline is in place: a failure never leaves the node unguarded.
+        for name in existing:
+            if name != task["name"]:
+                tasks.delete_task(name)
+                removed.append(name)
     except ApiError as exc:
         if exc.code == 404:
             raise GuardError(
