@@ -1,10 +1,11 @@
 """The billing guard of the spot and on-demand stacks, off the node.
 
 Spot and on-demand TPU VMs bill until deleted, and the TPU API has no Google-side end time for
-them: `SchedulingConfig` holds only preemptible/spot/reserved (and a provisioning model), and a
-max run duration is accepted for flex-start only (SPEC 2). So the deadline is a one-shot Cloud
-Tasks task: at the node's `createTime + max_run_hours` it calls the TPU API's
-`DELETE projects/P/locations/Z/nodes/N` with an OAuth token of a guard service account.
+them: a Node's `SchedulingConfig` holds preemptible, spot and reserved (v2alpha1 adds a
+provisioning model and a reservation name), no end time; a queued resource's `runDuration` is
+accepted for flex-start only (SPEC 2). So the deadline is a one-shot Cloud Tasks task: at the
+node's `createTime + max_run_hours` it calls the TPU API's `DELETE projects/P/locations/Z/
+nodes/N` with an OAuth token of a guard service account.
 
 - The guard service account holds `tpu.nodes.delete` (and `get`) through a project custom
   role: TPU nodes have no per-node IAM, so the narrowest grant is project-wide. No node runs
