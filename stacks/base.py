@@ -16,6 +16,7 @@ from .cdk import (
 )
 from .foundation import Foundation
 from .literals import TerraformLiterals
+from .network import Network
 
 
 class ServingStack(TerraformStack):
@@ -39,7 +40,8 @@ class ServingStack(TerraformStack):
             self, "google_beta", project=d.gcp.project, region=d.gcp.region, zone=d.gcp.zone,
             default_labels={"managed-by": "tpuserve"},
         )
-        self.foundation = Foundation(self, "foundation", deployment=d)
+        self.network = Network(self, "network", deployment=d)
+        self.foundation = Foundation(self, "foundation", deployment=d, network=self.network)
         self.startup_script = render_startup(d)
 
     def output(self, name: str, value: object, description: str) -> None:

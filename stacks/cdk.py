@@ -91,9 +91,22 @@ from cdktf import (  # noqa: F401
     TerraformStack,
     Token,
 )
+from cdktf_cdktf_provider_google_beta.google_cloud_tasks_queue import (  # noqa: F401
+    GoogleCloudTasksQueue,
+    GoogleCloudTasksQueueRateLimits,
+    GoogleCloudTasksQueueRetryConfig,
+    GoogleCloudTasksQueueStackdriverLoggingConfig,
+)
 from cdktf_cdktf_provider_google_beta.google_compute_firewall import (  # noqa: F401
     GoogleComputeFirewall,
     GoogleComputeFirewallAllow,
+)
+from cdktf_cdktf_provider_google_beta.google_compute_network import (  # noqa: F401
+    GoogleComputeNetwork,
+)
+from cdktf_cdktf_provider_google_beta.google_compute_subnetwork import (  # noqa: F401
+    GoogleComputeSubnetwork,
+    GoogleComputeSubnetworkLogConfig,
 )
 from cdktf_cdktf_provider_google_beta.google_project_iam_custom_role import (  # noqa: F401
     GoogleProjectIamCustomRole,
@@ -127,6 +140,7 @@ from cdktf_cdktf_provider_google_beta.google_tpu_v2_vm import (  # noqa: F401
     GoogleTpuV2VmNetworkConfig,
     GoogleTpuV2VmSchedulingConfig,
     GoogleTpuV2VmServiceAccount,
+    GoogleTpuV2VmShieldedInstanceConfig,
 )
 from cdktf_cdktf_provider_google_beta.provider import GoogleBetaProvider  # noqa: F401
 from constructs import Construct, IConstruct  # noqa: F401

@@ -41,18 +41,12 @@ from .cdk import (
     TerraformProvider,
 )
 from .literals import tf_ref
+from .local_exec import python_module, repo_root
 
 # The one provider besides google-beta: hashicorp/external runs the probe at plan time.
 EXTERNAL_PROVIDER_SOURCE = "hashicorp/external"
 EXTERNAL_PROVIDER_VERSION = "~> 2.3"
-# The project's Python: the venv `./dev setup` makes, relative to the repo root (every
-# provisioner's working_dir), so it works whatever is on PATH. TPUSERVE_PYTHON (a path, or
-# words such as `pipenv run python`) picks another interpreter. Plain shell text: the stack's
-# escape pass makes Terraform hand it to the shell as written.
-PYTHON = "${TPUSERVE_PYTHON:-.venv/bin/python}"
-CLIENT = f"{PYTHON} -m tpuserve.queued_resource"
-# terraform runs in cdktf.out/stacks/flex: the repo root is three up.
-REPO_ROOT_FROM_MODULE = "/../../.."
+CLIENT = python_module("tpuserve.queued_resource")
 # The body reaches the create step as one environment string; Linux caps one at 128 KiB
 # (MAX_ARG_STRLEN), and Terraform's jsonencode escapes <, > and & to six characters each.
 MAX_BODY_CHARS = 100_000
@@ -69,7 +63,7 @@ class FlexStack(ServingStack):
         super().__init__(scope, deployment)
         d = deployment
         ref = ref_for(d)
-        repo_root = tf_ref("path.module") + REPO_ROOT_FROM_MODULE
+        root = repo_root()
         body = build_body(d, self.startup_script)
         size = len(json.dumps(body))
         if size > MAX_BODY_CHARS:
@@ -91,7 +85,7 @@ class FlexStack(ServingStack):
         probe.override_logical_id("qr_probe")
         # `external` runs a program without a shell; sh expands the interpreter variable.
         probe.add_override("program", ["sh", "-c", f"exec {CLIENT} probe"])
-        probe.add_override("working_dir", repo_root)
+        probe.add_override("working_dir", root)
         probe.add_override("query", {"name": ref.name})
 
         self.queued_resource = DataResource(
@@ -104,7 +98,7 @@ class FlexStack(ServingStack):
             },
             provisioners=[
                 LocalExecProvisioner(
-                    type="local-exec", command=f"{CLIENT} create", working_dir=repo_root,
+                    type="local-exec", command=f"{CLIENT} create", working_dir=root,
                     # The body holds no secret: the startup script fetches them at boot.
                     environment={
                         ENV_NAME: tf_ref("self.input.name"),
@@ -114,11 +108,13 @@ class FlexStack(ServingStack):
                 ),
                 LocalExecProvisioner(
                     type="local-exec", when="destroy", command=f"{CLIENT} delete",
-                    working_dir=repo_root, environment={ENV_NAME: tf_ref("self.input.name")},
+                    working_dir=root, environment={ENV_NAME: tf_ref("self.input.name")},
                 ),
             ],
-            # The node must not boot before it may read its secrets and write its cache.
-            depends_on=[self.foundation.service_account, *self.foundation.grants],
+            # The node must not boot before it may read its secrets and write its cache, nor
+            # before its network exists.
+            depends_on=[self.foundation.service_account, *self.foundation.grants,
+                        *self.network.resources],
         )
         self.queued_resource.override_logical_id("queued_resource")
 

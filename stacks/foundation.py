@@ -1,9 +1,10 @@
 """Foundation construct: what every stack's TPU VM stands on.
 
 A dedicated service account with only what the VM needs, the Secret Manager secrets it may
-read (HF token, API key), the compile-cache bucket it may read and write, the narrow role the
-billing guard uses to delete its own node, and the firewall rules. No secret VALUE ever passes
-through here: versions are added out of band (README), so none lands in state or plans.
+read (HF token, API key), the compile-cache bucket it may read and write, and the firewall
+rules on the deployment's network. The node's account holds nothing on the TPU API: the
+billing guard lives off the node (stacks/guard.py). No secret VALUE ever passes through here:
+versions are added out of band (README), so none lands in state or plans.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from .cdk import (
     Construct,
     GoogleComputeFirewall,
     GoogleComputeFirewallAllow,
-    GoogleProjectIamCustomRole,
     GoogleProjectIamMember,
     GoogleSecretManagerSecret,
     GoogleSecretManagerSecretIamMember,
@@ -29,17 +29,17 @@ from .cdk import (
     GoogleStorageBucketLifecycleRuleAction,
     GoogleStorageBucketLifecycleRuleCondition,
 )
+from .network import Network
 
 # Secret Manager accepts only the cloud-platform scope, so IAM (not scopes) is the fence.
 VM_SCOPES = [CLOUD_PLATFORM_SCOPE]
-# Permissions of the billing guard's custom role: read its node's createTime and delete it.
-GUARD_PERMISSIONS = ["tpu.nodes.get", "tpu.nodes.delete"]
 
 
 class Foundation(Construct):
     """Service account, secrets, cache bucket, IAM and firewall for one stack."""
 
-    def __init__(self, scope: Construct, id_: str, *, deployment: Deployment) -> None:
+    def __init__(self, scope: Construct, id_: str, *, deployment: Deployment,
+                 network: Network) -> None:
         super().__init__(scope, id_)
         d = deployment
         self.deployment = d
@@ -85,7 +85,7 @@ class Foundation(Construct):
             self.grants.append(access)
             self.secrets[key] = secret
 
-        # Writing logs is project-wide by nature; it is the only project-level grant but one.
+        # Writing logs is project-wide by nature; it is the node's only project-level grant.
         logs = GoogleProjectIamMember(
             self, "log_writer", project=d.gcp.project, role="roles/logging.logWriter",
             member=member,
@@ -96,9 +96,7 @@ class Foundation(Construct):
         self.cache_bucket: GoogleStorageBucket | None = None
         if d.cache.enabled:
             self._cache_bucket(d, member)
-        if d.stack.provisioning_model != "flex" and d.stack.max_run_hours > 0:
-            self._billing_guard(d, member)
-        self._firewall(d)
+        self._firewall(d, network)
 
     def _cache_bucket(self, d: Deployment, member: str) -> None:
         bucket = GoogleStorageBucket(
@@ -132,27 +130,8 @@ class Foundation(Construct):
         self.grants.append(rw)
         self.cache_bucket = bucket
 
-    def _billing_guard(self, d: Deployment, member: str) -> None:
-        # TPU nodes have no resource-level IAM: the narrowest grant is a project custom role
-        # holding just these three permissions.
-        role = GoogleProjectIamCustomRole(
-            self, "billing_guard_role",
-            role_id=f"tpuserve_{d.name}_billing_guard",
-            title=f"tpuserve {d.name} billing guard",
-            description="Lets the TPU VM delete itself when max_run_hours expires",
-            # TPU nodes have no per-resource IAM, so this role reaches every node of the
-            # project: only the stack's own VM holds it, and its script deletes only itself.
-            permissions=GUARD_PERMISSIONS,
-        )
-        role.override_logical_id("billing_guard_role")
-        grant = GoogleProjectIamMember(
-            self, "billing_guard", project=d.gcp.project, role=role.name, member=member,
-        )
-        grant.override_logical_id("billing_guard")
-        self.grants.append(grant)
-
-    def _firewall(self, d: Deployment) -> None:
-        network = d.gcp.network
+    def _firewall(self, d: Deployment, net: Network) -> None:
+        network = net.name
         ssh = GoogleComputeFirewall(
             self, "firewall_ssh",
             name=f"tpuserve-{d.name}-allow-ssh",

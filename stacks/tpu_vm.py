@@ -1,19 +1,39 @@
-"""The spot and on-demand stacks: one google_tpu_v2_vm each; only scheduling differs."""
+"""The spot and on-demand stacks: one google_tpu_v2_vm each; only scheduling differs.
+
+Both bill until deleted, so each carries the billing guard (stacks/guard.py): after the node
+exists, `terraform_data.billing_guard` arms a Cloud Tasks task that deletes it at
+createTime + stack.max_run_hours, and disarms it on destroy.
+"""
 
 from __future__ import annotations
 
+from tpuserve.billing_guard import (
+    ENV_NODE,
+    ENV_QUEUE,
+    ENV_SECONDS,
+    ENV_SERVICE_ACCOUNT,
+    guard_target,
+)
 from tpuserve.config import Deployment
 from tpuserve.node_metadata import node_metadata
 
 from .base import ServingStack
 from .cdk import (
     Construct,
+    DataResource,
     GoogleTpuV2Vm,
     GoogleTpuV2VmNetworkConfig,
     GoogleTpuV2VmSchedulingConfig,
     GoogleTpuV2VmServiceAccount,
+    GoogleTpuV2VmShieldedInstanceConfig,
+    LocalExecProvisioner,
 )
+from .literals import tf_ref
+from .local_exec import python_module, repo_root
 from .foundation import VM_SCOPES
+from .guard import BillingGuard
+
+GUARD_CLIENT = python_module("tpuserve.billing_guard")
 
 
 class TpuVmStack(ServingStack):
@@ -32,16 +52,50 @@ class TpuVmStack(ServingStack):
                 spot=d.stack.provisioning_model == "spot"
             ),
             network_config=GoogleTpuV2VmNetworkConfig(
-                network=d.gcp.network, enable_external_ips=True
+                network=self.network.name, subnetwork=self.network.subnetwork,
+                enable_external_ips=True,
             ),
+            shielded_instance_config=GoogleTpuV2VmShieldedInstanceConfig(enable_secure_boot=True),
             service_account=GoogleTpuV2VmServiceAccount(email=sa.email, scope=VM_SCOPES),
             tags=[d.network_tag],
             labels=d.labels,
             # Plain text: the stack's one escape pass (stacks/literals.py) escapes it.
             metadata=node_metadata(self.startup_script),
-            # The VM must not boot before it may read its secrets and write its cache.
-            depends_on=self.foundation.grants,
+            # The VM must not boot before it may read its secrets and write its cache, nor
+            # before its network exists.
+            depends_on=[*self.foundation.grants, *self.network.resources],
         )
         self.tpu_node.override_logical_id("tpu_node")
+        self._billing_guard(d)
         ip = self.tpu_node.network_endpoints.get(0).access_config.get(0).external_ip
         self.common_outputs(ip)
+
+    def _billing_guard(self, d: Deployment) -> None:
+        target = guard_target(d)
+        if target is None:
+            return
+        guard = BillingGuard(self, "billing_guard_identity", deployment=d)
+        spec = {"node": target.node, "queue": target.queue,
+                "service_account": target.service_account,
+                "max_run_seconds": str(target.max_run_seconds)}
+        env = {ENV_NODE: tf_ref("self.input.node"), ENV_QUEUE: tf_ref("self.input.queue"),
+               ENV_SERVICE_ACCOUNT: tf_ref("self.input.service_account"),
+               ENV_SECONDS: tf_ref("self.input.max_run_seconds")}
+        arming = DataResource(
+            self, "billing_guard",
+            # Everything the destroy provisioner needs, since it may only read `self`.
+            input=spec,
+            # A new node (its id is unknown until it is created, so any create or replace of
+            # the node replaces this) or a new guard setting re-arms; an unchanged stack plans
+            # nothing. The deadline itself comes from the node's createTime, read at arming.
+            triggers_replace={**spec, "node_id": self.tpu_node.id},
+            provisioners=[
+                LocalExecProvisioner(type="local-exec", command=f"{GUARD_CLIENT} arm",
+                                     working_dir=repo_root(), environment=env),
+                LocalExecProvisioner(type="local-exec", when="destroy",
+                                     command=f"{GUARD_CLIENT} disarm", working_dir=repo_root(),
+                                     environment=env),
+            ],
+            depends_on=[self.tpu_node, *guard.resources],
+        )
+        arming.override_logical_id("billing_guard")

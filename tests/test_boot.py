@@ -4,8 +4,9 @@ A `Cloud` holds the fakes of one project (metadata server, Secret Manager, Cloud
 TPU API, and the container registry the fake `docker` pulls from); a `Node` is one TPU VM's
 disk: a temp dir as TPUSERVE_ROOT, a fake `docker` and spies on `curl` and `python3` first on
 PATH (each call's argv and environment are recorded), and the script rendered from the default
-config. TPUSERVE_TIME_SCALE=0.001 turns every wait, backoff and poll into milliseconds;
-TPUSERVE_CLOCK_FILE is the billing guard's "now".
+config. TPUSERVE_TIME_SCALE=0.001 turns every wait, backoff and poll into milliseconds. The
+fake TPU API is there (and the script pointed at it) to show the node never calls it: the
+billing guard lives off the node.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_DOCKER = REPO / "tests" / "fakes" / "docker"
 NAMESPACE = "tpuserve"
 CREATE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z, the node's createTime in the fake TPU API
-# Phases a full boot records, in order (the billing guard writes from its own process).
+# Phases a full boot records, in order.
 BOOT_STORY = [
     "boot", "state", "secret", "tls", "image", "cache", "container", "memory", "kv_cache",
     "startup_complete", "health", "bypass_check", "state", "cache_publish",
@@ -130,13 +131,11 @@ class Node:
         self.bin = base / "bin"
         self.docker_state = base / "docker"
         self.spy_log = base / "spy.log"
-        self.clock = base / "clock"
         self.script = base / "startup.sh"
         self.outputs: list[str] = []
         for p in (self.root, self.bin, self.docker_state):
             p.mkdir(parents=True)
         self.script.write_text(render_startup(d, backend_port=cloud.backend_port))
-        self.set_clock(CREATE_TIME + 100)
         self._install_tools()
         self.env = {
             "PATH": f"{self.bin}:/usr/bin:/bin",
@@ -144,7 +143,6 @@ class Node:
             "LANG": "C.UTF-8",
             "TPUSERVE_ROOT": str(self.root),
             "TPUSERVE_TIME_SCALE": "0.001",
-            "TPUSERVE_CLOCK_FILE": str(self.clock),
             "GCE_METADATA_HOST": cloud.metadata.host,
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": cloud.secrets.endpoint,
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": cloud.storage.endpoint,
@@ -181,13 +179,6 @@ class Node:
         for f in self.bin.iterdir():
             f.chmod(0o755)
 
-    def set_clock(self, epoch: int) -> None:
-        # Atomically: the billing guard reads the clock every (scaled) second, and an empty
-        # read between a truncate and a write would end it.
-        tmp = self.clock.with_suffix(".new")
-        tmp.write_text(f"{epoch}\n")
-        tmp.replace(self.clock)
-
     # -- running
     def run(self, *, expect_rc: int = 0, timeout: float = 60) -> str:
         proc = subprocess.run(
@@ -205,14 +196,11 @@ class Node:
         )
 
     def stop(self) -> None:
-        """Power off: kill the containers' processes and the billing guard (state stays)."""
+        """Power off: kill the containers' processes (state stays)."""
         for path in (self.docker_state / "containers").glob("*.json"):
             pid = json.loads(path.read_text()).get("pid", 0)
             if pid:
                 _kill_group(pid)
-        pid_file = self.root / "run/tpuserve/guard.pid"
-        if pid_file.exists():
-            _kill(int(pid_file.read_text().split()[0]))
 
     # -- observations
     def docker_calls(self) -> list[dict]:
@@ -250,15 +238,6 @@ class Node:
     def log(self) -> str:
         return "\n".join(self.outputs)
 
-    def guard_log(self) -> str:
-        path = self.root / "var/log/tpuserve/guard.log"
-        return path.read_text() if path.exists() else ""
-
-
-def _kill(pid: int) -> None:
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
 
 def _kill_group(pid: int) -> None:
     with suppress(ProcessLookupError):
@@ -292,7 +271,6 @@ def open_cloud(base: Path) -> Iterator[Cloud]:
     metadata = FakeMetadata(access_token=token).start()
     secrets = FakeSecretManager(project=d.gcp.project, access_token=token).start()
     storage = FakeStorage(bucket=d.cache_bucket, access_token=token).start()
-    # The node was created at CREATE_TIME: the billing guard's clock starts there.
     tpu = FakeTpuApi(token=token, clock=lambda: CREATE_TIME).start()
     tpu.seed_node(d.gcp.project, d.gcp.zone, d.node_name)
     secrets.add_version(d.hf_token_secret_id, (hf + "\n").encode())
@@ -322,7 +300,6 @@ class Booted:
     node: Node
     cold_attrs: dict[str, str]
     cold_writes: list[GuestWrite]
-    cold_guard_pid: int
     cold_custom_time: str | None
     rerun_at: float
     rerun_attrs: dict[str, str]
@@ -343,7 +320,6 @@ def booted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
         node.run()
         cold_attrs = node.attrs()
         cold_writes = cloud.metadata.writes_in(NAMESPACE)
-        cold_guard = _guard_pid(node)
         cold_custom_time = cloud.custom_time(cloud.cache_object(node))
         rerun_at = time.time()
         node.run()
@@ -353,7 +329,7 @@ def booted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
         new_digest = cloud.move_tag()  # same config; nightly now names another build
         moved_at = time.time()
         node.run()
-        yield Booted(cloud, node, cold_attrs, cold_writes, cold_guard, cold_custom_time,
+        yield Booted(cloud, node, cold_attrs, cold_writes, cold_custom_time,
                      rerun_at, rerun_attrs, rerun_custom_time, old_digest, moved_at, new_digest)
 
 
@@ -364,23 +340,8 @@ def _between(calls: list[StorageCall], start: float, end: float = 1e12,
 
 
 def _story(writes: list[GuestWrite]) -> list[tuple[str, str]]:
-    """(key, value without its timestamp) in write order, the billing guard's excluded."""
-    return [(w.key, w.value.split(" ", 1)[1]) for w in writes if w.key != "guard"]
-
-
-def _deletes(cloud: Cloud) -> list[object]:
-    return cloud.tpu.calls("DELETE", path_contains=f"/nodes/{cloud.deployment.node_name}")
-
-
-def _guard_pid(node: Node) -> int:
-    return int((node.root / "run/tpuserve/guard.pid").read_text().split()[0])
-
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    """(key, value without its timestamp) in write order."""
+    return [(w.key, w.value.split(" ", 1)[1]) for w in writes]
 
 
 def _tls(node: Node) -> ssl.SSLContext:
@@ -448,8 +409,7 @@ def test_the_guest_attributes_tell_the_whole_story(booted: Booted) -> None:
     assert values["health"] == "ok"
     stamps = [w.value.split(" ", 1)[0] for w in booted.cold_writes]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", s) for s in stamps)
-    assert [s for s, w in zip(stamps, booted.cold_writes, strict=True) if w.key != "guard"] == \
-        sorted(s for s, w in zip(stamps, booted.cold_writes, strict=True) if w.key != "guard")
+    assert stamps == sorted(stamps)
     # The documented limit is 10 writes a minute; the script keeps 8 per (scaled) minute.
     times = [w.at for w in booted.cold_writes]
     assert all(b - a > 0.03 for a, b in zip(times, times[8:], strict=False))
@@ -468,10 +428,9 @@ def test_a_rerun_is_idempotent_and_keeps_the_healthy_server(booted: Booted) -> N
     assert attrs["cache"].startswith("local files=6")
     assert attrs["cache_publish"].startswith("unchanged files=6")
     assert _between(booted.cloud.storage.calls_of("upload"), since, until) == []
-    # The billing guard is replaced, not doubled, and outlives the script.
-    new_guard = _guard_pid(node)
-    assert new_guard != booted.cold_guard_pid and _running(new_guard)
-    wait_for(lambda: not _running(booted.cold_guard_pid), "the first guard to end")
+    # Three boots, and not one call to the TPU API: no credential on the node may delete a
+    # node (issue 10 section 3), so the node has no reason to call it.
+    assert booted.cloud.tpu.calls() == []
 
 
 def test_a_moved_tag_is_a_new_cache_and_replaces_the_running_server(booted: Booted) -> None:
@@ -624,7 +583,7 @@ def test_tls_off_serves_plain_http_and_publishes_so(cloud: Cloud) -> None:
     assert "CALL openssl" not in node.spy_log.read_text()
 
 
-def test_without_proxy_and_guard_vllm_listens_publicly_and_nothing_deletes(cloud: Cloud) -> None:
+def test_without_proxy_and_guard_vllm_listens_publicly(cloud: Cloud) -> None:
     d = cloud.deployment
     d = d.model_copy(update={
         "access": d.access.model_copy(update={"api_key_proxy": False}),
@@ -638,9 +597,8 @@ def test_without_proxy_and_guard_vllm_listens_publicly_and_nothing_deletes(cloud
         "--host", "0.0.0.0", "--port", str(cloud.public_port)]
     assert cloud.secrets.calls_for(d.api_key_secret_id) == []
     assert _get(cloud.public_port, "/v1/models") == 200  # the user's own gateway guards it
-    assert "billing guard off" in out
-    assert not (node.root / "run/tpuserve/guard.pid").exists()
-    assert cloud.tpu.calls(path_contains="/nodes/") == []
+    assert "guard" not in out
+    assert cloud.tpu.calls() == []
 
 
 def test_an_api_key_that_is_not_a_token_fails_the_boot_without_showing_it(cloud: Cloud) -> None:
@@ -749,14 +707,9 @@ def test_a_damaged_cache_object_is_a_miss_and_the_boot_goes_on(cloud: Cloud, dam
     assert stored.custom_time is not None  # the new generation started without one
 
 
-def test_a_storage_outage_is_a_miss_and_an_unreadable_node_times_the_guard_from_first_boot(
-    cloud: Cloud,
-) -> None:
+def test_a_storage_outage_is_a_miss(cloud: Cloud) -> None:
     cloud.storage.outage = True
-    cloud.tpu.fail_next(403, "PERMISSION_DENIED", "Permission 'tpu.nodes.get' denied",
-                        method="GET", path_contains="/nodes/", times=1000)
     node = cloud.node(**FAST)  # the upload's 600 s retry budget
-    node.set_clock(CREATE_TIME + 500)
     node.run()
     attrs = node.attrs()
     assert attrs["cache"] == "miss storage answered HTTP 503"
@@ -764,10 +717,6 @@ def test_a_storage_outage_is_a_miss_and_an_unreadable_node_times_the_guard_from_
     # Nothing in the bucket to keep alive: no customTime to set.
     assert attrs["cache_publish"] == "failed upload: HTTP 503 backendError"
     assert len(cloud.storage.calls_of("other")) > 2  # retried with backoff, then gave up
-    wait_for(lambda: "guard" in node.attrs(), "the guard's deadline")
-    max_run = int(cloud.deployment.stack.max_run_hours * 3600)
-    deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CREATE_TIME + 500 + max_run))
-    assert node.attrs()["guard"] == f"deadline={deadline} from=first-boot"
 
 
 def test_a_storage_timeout_is_a_miss_and_the_boot_goes_on(cloud: Cloud) -> None:
@@ -905,27 +854,6 @@ def test_a_server_that_dies_ends_failed_with_the_reason(cloud: Cloud) -> None:
     assert attrs["state"].startswith("failed vLLM exited: ERROR [core.py] "
                                      "RuntimeProgramAllocationFailure")
     assert "memory" in attrs and "health" not in attrs and "cache_publish" not in attrs
-
-
-# ------------------------------------------------------------------ billing guard
-def test_the_billing_guard_deletes_the_node_at_expiry_and_not_before(cloud: Cloud) -> None:
-    d = cloud.deployment
-    node = cloud.node()
-    max_run = int(d.stack.max_run_hours * 3600)
-    node.set_clock(CREATE_TIME + max_run - 1)  # one second before expiry
-    node.run()
-    wait_for(lambda: "guard" in node.attrs(), "the guard's deadline")
-    deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(CREATE_TIME + max_run))
-    assert node.attrs()["guard"] == f"deadline={deadline} from=createTime"
-    wait_for(lambda: node.guard_log().count("1 s left") >= 5, "the guard checking the clock")
-    assert _deletes(cloud) == []
-    node.set_clock(CREATE_TIME + max_run)
-    wait_for(lambda: "node deletion requested (HTTP 200)" in node.guard_log(), "the deletion")
-    assert [r.path for r in _deletes(cloud)] == [
-        f"/v2/projects/{d.gcp.project}/locations/{d.gcp.zone}/nodes/{d.node_name}"]
-    assert node.attrs()["guard"] == "deleting"
-
-
 def test_a_key_rule_left_by_an_older_script_is_rewritten_on_the_next_run(cloud: Cloud) -> None:
     d = cloud.deployment
     node = cloud.node(d.model_copy(update={"stack": d.stack.model_copy(

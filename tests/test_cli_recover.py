@@ -7,6 +7,7 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,21 @@ from tests.cli_support import (
     assert_one_line_error,
     invoke,
 )
+from tests.fakes.cloud_tasks import FakeCloudTasks
 from tpuserve.ops import recovery
 from tpuserve.ops.errors import EXIT_INTERRUPTED, OpsError
 from tpuserve.ops.tpu_nodes import NodeApi
 from tpuserve.queued_resource import TpuClient
+
+
+@pytest.fixture(autouse=True)
+def tasks(cli_env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCloudTasks]:
+    """The Cloud Tasks API the billing guard is armed in, with the deployment's queue."""
+    with FakeCloudTasks(token=cli_env.tpu.token) as fake:
+        fake.add_queue(cli_env.d("spot").guard_queue)
+        for name, value in fake.environ().items():
+            monkeypatch.setenv(name, value)
+        yield fake
 
 
 class Deployer:
@@ -50,7 +62,7 @@ class Deployer:
         return 0
 
 
-def test_preempted_spot_node_is_deleted_then_redeployed(cli_env: Env,
+def test_preempted_spot_node_is_deleted_then_redeployed(cli_env: Env, tasks: FakeCloudTasks,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     d = cli_env.seed_ready("spot")
     cli_env.tpu.set_node_state(d.node_name, "PREEMPTED")
@@ -65,6 +77,11 @@ def test_preempted_spot_node_is_deleted_then_redeployed(cli_env: Env,
     assert [c.method for c in cli_env.tpu.calls("DELETE")] == ["DELETE"]
     assert "deleting node tpuserve-spot (PREEMPTED)" in result.stderr
     assert "tpuserve wait spot" in result.stderr
+    # The new node's billing guard is armed: one task, at its createTime + 8 h.
+    assert doc["guard"].startswith("billing guard armed: deletes the node at ")
+    [task] = tasks.task_names()
+    created = cli_env.tpu.nodes[f"projects/{PROJECT}/locations/{ZONE}/nodes/{d.node_name}"].created
+    assert task.endswith(f"/tasks/tpuserve-spot-{int(created)}")
 
 
 def test_suspended_flex_queued_resource_is_replaced(cli_env: Env,
@@ -80,16 +97,34 @@ def test_suspended_flex_queued_resource_is_replaced(cli_env: Env,
     assert deployer.calls == ["flex"]
     assert cli_env.tpu.state_of(d.node_name) == "ACCEPTED"
     assert "recovered (queued resource ACCEPTED)" in result.stderr
+    assert "billing guard" not in result.stderr  # flex-start stops by itself (SPEC 2)
 
 
-def test_healthy_stack_is_left_alone(cli_env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_healthy_stack_is_left_alone_and_its_guard_re_armed(
+    cli_env: Env, tasks: FakeCloudTasks, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cli_env.seed_ready("ondemand")
     deployer = Deployer(cli_env)
     monkeypatch.setattr("tpuserve.cli.common.deploy_runner", lambda: deployer)
     result = invoke("recover", "ondemand", "--json")
-    assert result.exit_code == 0
-    assert json.loads(result.stdout)["action"] == "none"
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["action"] == "none" and doc["guard"].startswith("billing guard armed")
     assert deployer.calls == [] and cli_env.tpu.calls("DELETE") == []
+    [task] = tasks.task_names()
+    again = json.loads(invoke("recover", "ondemand", "--json").stdout)
+    assert again["guard"].startswith("billing guard already armed")
+    assert tasks.task_names() == [task]
+
+
+def test_a_guard_that_cannot_be_armed_is_a_one_line_error(
+    cli_env: Env, tasks: FakeCloudTasks,
+) -> None:
+    cli_env.seed_ready("spot")
+    tasks.queues.clear()  # the queue is gone (destroyed, or never deployed)
+    result = invoke("recover", "spot")
+    assert_one_line_error(result, "WITHOUT its billing guard", "404 NOT_FOUND",
+                          "tombstone")
 
 
 def test_missing_node_is_not_recreated_behind_the_billing_guard(cli_env: Env,

@@ -156,7 +156,8 @@ def test_money_and_time_left_for_spot(deployments: dict) -> None:
     assert s.running_s == 7200
     assert s.spent_usd == pytest.approx(2 * 0.5779)  # SPEC 2 spot price, one chip
     at, rule = s.ends_at
-    assert at == created + dt.timedelta(hours=8) and "estimated" in rule  # max_run_hours = 8
+    assert at == created + dt.timedelta(hours=8)  # max_run_hours = 8: the guard task's time
+    assert rule == "billing guard 8 h (createTime + max_run_hours)"
     assert s.ends_in_s == 6 * 3600
 
 

@@ -119,8 +119,13 @@ def test_build_body_is_the_documented_flex_start_shape() -> None:
             "node": {
                 "acceleratorType": "v5litepod-1",
                 "runtimeVersion": "v2-alpha-tpuv5-lite",
-                "networkConfig": {"network": "default", "enableExternalIps": True},
-                "metadata": {"startup-script": SCRIPT, "enable-guest-attributes": "TRUE"},
+                # The deployment's own network and subnet (issue 10 section 3).
+                "networkConfig": {"network": "tpuserve-net",
+                                  "subnetwork": "tpuserve-net-us-west4",
+                                  "enableExternalIps": True},
+                "shieldedInstanceConfig": {"enableSecureBoot": True},
+                "metadata": {"startup-script": SCRIPT, "enable-guest-attributes": "TRUE",
+                             "enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE"},
                 "serviceAccount": {
                     "email": "tpuserve-flex-vm@tpuserve-placeholder.iam.gserviceaccount.com",
                     "scope": ["https://www.googleapis.com/auth/cloud-platform"],
@@ -185,6 +190,12 @@ def test_spec_differences() -> None:
         "projects/proj-test-1/global/networks/default")  # the API may answer with the URL
     live["state"] = {"state": "ACTIVE"}  # output-only fields are ignored
     assert spec_differences(body(), live) == []
+    mine = flex_deployment()
+    wanted = build_body(mine, SCRIPT)
+    answered = build_body(mine, SCRIPT)
+    answered["tpu"]["nodeSpec"][0]["node"]["networkConfig"]["subnetwork"] = (
+        "projects/tpuserve-placeholder/regions/us-west4/subnetworks/tpuserve-net-us-west4")
+    assert spec_differences(wanted, answered) == []
     other = body(max_run_duration="7200s", startup_script="#!/bin/bash\n" + "x" * 100)
     diffs = spec_differences(body(), other)
     assert diffs[0] == "runDuration.maxRunDuration: '7200s', want '14400s'"

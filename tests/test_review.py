@@ -163,7 +163,9 @@ def test_compile_cache_key_line(commits: tuple[Review, str]) -> None:
 def test_removed_stack(commits: tuple[Review, str]) -> None:
     r, md = commits
     gone = r.stack("ondemand")
-    assert gone.counts() == {"added": 0, "changed": 0, "removed": 12}
+    # 10 of its own, the network and subnet, and the billing guard (account, role, grant,
+    # queue and the terraform_data that arms it).
+    assert gone.counts() == {"added": 0, "changed": 0, "removed": 17}
     assert "google_tpu_v2_vm.tpu_node" in {c.address for c in gone.resources}
     assert "### `ondemand`: stack removed" in md and "cdktf destroy ondemand" in md
 

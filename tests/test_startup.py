@@ -20,7 +20,6 @@ from tpuserve.startup import (
     GUEST_ATTRIBUTE_NAMESPACE,
     cache_id,
     cache_object,
-    max_run_seconds,
     render_startup,
     startup_context,
     vllm_command,
@@ -31,8 +30,7 @@ SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 # test-only time knobs, and bash's own variables. Anything else would be an undocumented input.
 ALLOWED_ENV = {
     "GCE_METADATA_HOST", "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER",
-    "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE", "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU",
-    "TPUSERVE_ROOT", "TPUSERVE_TIME_SCALE", "TPUSERVE_CLOCK_FILE",
+    "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE", "TPUSERVE_ROOT", "TPUSERVE_TIME_SCALE",
 }
 BASH_VARS = {"EPOCHREALTIME", "EPOCHSECONDS", "EUID", "BASH_REMATCH"}
 
@@ -135,11 +133,9 @@ def test_settings_evaluate_to_the_config_values(
         ctx = startup_context(d)
         assert _settings(rendered[name], '"${VLLM_CMD[@]}"') == vllm_command(d), name
         got = _settings(rendered[name], '"$PROJECT" "$ZONE" "$NODE" "$IMAGE" "$CACHE_KEY" '
-                                        '"$API_KEY_SECRET" "$CACHE_BUCKET" "$MAX_RUN_SECONDS" '
-                                        '"$CACHE_PREFIX"')
+                                        '"$API_KEY_SECRET" "$CACHE_BUCKET" "$CACHE_PREFIX"')
         assert got == [d.gcp.project, d.gcp.zone, d.node_name, d.vllm.image, ctx["cache_key"],
-                       ctx["api_key_secret"], ctx["cache_bucket"], str(ctx["max_run_seconds"]),
-                       CACHE_OBJECT_PREFIX]
+                       ctx["api_key_secret"], ctx["cache_bucket"], CACHE_OBJECT_PREFIX]
 
 
 def test_hostile_config_values_stay_words(rendered: dict[str, Path], tmp_path: Path) -> None:
@@ -209,13 +205,12 @@ def test_without_the_proxy_vllm_listens_on_the_public_port(variants: dict[str, D
     assert vllm_command(variants["spot"])[-4:] == ["--host", "127.0.0.1", "--port", "8001"]
 
 
-def test_the_billing_guard_limit_per_provisioning_model(variants: dict[str, Deployment]) -> None:
-    assert max_run_seconds(variants["spot"]) == 8 * 3600
-    assert max_run_seconds(variants["ondemand"]) == 8 * 3600
-    assert max_run_seconds(variants["flex"]) == 0  # flex has its own max run duration
-    assert max_run_seconds(variants["no-guard"]) == 0
-    half = _with(variants["spot"], stack={"max_run_hours": 0.5})
-    assert max_run_seconds(half) == 1800
+def test_the_node_never_calls_the_tpu_api(rendered: dict[str, Path]) -> None:
+    """The billing guard lives off the node (issue 10 section 3): no script can delete a node."""
+    for name, path in rendered.items():
+        text = path.read_text()
+        assert "tpu.googleapis.com" not in text and "OVERRIDES_TPU" not in text, name
+        assert "DELETE" not in text and "MAX_RUN_SECONDS" not in text, name
 
 
 def test_the_cache_key_follows_the_argv_and_the_bucket_switch(

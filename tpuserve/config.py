@@ -49,6 +49,12 @@ KV_DTYPES_UNTESTED = frozenset({"float16", "fp8_per_token_head", "int4_per_token
 MODEL_KV_HEADS = 1
 IAP_RANGE = "35.235.240.0/20"  # Google's IAP TCP-forwarding range
 MAX_FLEX_RUN_SECONDS = 7 * 24 * 3600  # flex-start lasts at most 7 days (SPEC 2, issue 3)
+# The billing guard is a Cloud Tasks task; Cloud Tasks schedules at most 30 days ahead.
+MAX_GUARD_RUN_HOURS = 30 * 24
+# Subnets the project creates for itself: private IPv4 (RFC 1918) only, /8 to /29 (the
+# smallest subnet Compute Engine accepts).
+PRIVATE_V4 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
+                                                      "192.168.0.0/16"))
 # Where flex-start takes v5litepod-1 (issue 3): known-good and known-bad zones, each with its
 # source; any other zone is allowed with a warning (SPEC 2: quota in a zone says nothing about
 # whether a provisioning model is accepted there).
@@ -101,7 +107,50 @@ def image_reference(setting: str, v: str) -> str:
 class GcpSettings(StrictModel):
     project: str
     zone: str = "us-west4-a"
-    network: str = "default"
+    # Unset: the project creates a network and subnet of its own (`<deployment>-net`), so the
+    # firewall rules are the only ones that apply. Set: bring your own (nothing is created).
+    network: str | None = None
+    # Names the long-lived resources every stack of one deployment shares (the network).
+    deployment: str = "tpuserve"
+    subnet_cidr: str = "10.64.0.0/20"
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", v):
+            raise ValueError(
+                f"gcp.network = {v!r}: a network name is 1-63 lowercase letters, digits or "
+                "hyphens, starting with a letter (Compute Engine's rule); unset it to let "
+                "tpuserve create one"
+            )
+        return v
+
+    @field_validator("deployment")
+    @classmethod
+    def _deployment(cls, v: str) -> str:
+        # The guard's service account id is `<deployment>-guard`: 6-30 characters in all.
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,18}[a-z0-9]", v):
+            raise ValueError(
+                f"gcp.deployment = {v!r}: 2-20 lowercase letters, digits or hyphens, starting "
+                "with a letter and not ending with a hyphen (it prefixes resource names such "
+                "as the service account <deployment>-guard, at most 30 characters)"
+            )
+        return v
+
+    @field_validator("subnet_cidr")
+    @classmethod
+    def _subnet_cidr(cls, v: str) -> str:
+        try:
+            net = ipaddress.ip_network(v, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"gcp.subnet_cidr = {v!r}: not a CIDR ({exc})") from None
+        if not (isinstance(net, ipaddress.IPv4Network) and 8 <= net.prefixlen <= 29
+                and any(net.subnet_of(p) for p in PRIVATE_V4)):
+            raise ValueError(
+                f"gcp.subnet_cidr = {v!r}: must be a private IPv4 range (10/8, 172.16/12 or "
+                "192.168/16) from /8 to /29 (Compute Engine subnets: RFC 1918, /29 smallest)"
+            )
+        return v
 
     @field_validator("project")
     @classmethod
@@ -442,8 +491,9 @@ class StateSettings(StrictModel):
 
 class StackSettings(StrictModel):
     provisioning_model: ProvisioningModel
-    # Billing guard for spot/ondemand: the node deletes itself after this many hours (0: off).
-    max_run_hours: Annotated[float, Field(ge=0, le=24 * 365)] = 8
+    # Billing guard for spot/ondemand: a Cloud Tasks task deletes the node this many hours
+    # after its createTime (0: off); Cloud Tasks schedules at most 30 days ahead.
+    max_run_hours: Annotated[float, Field(ge=0)] = 8
     # Flex-start only (SPEC 2): the node deletes itself after this long.
     max_run_duration: str = "4h"
     valid_until_duration: str | None = None
@@ -456,7 +506,13 @@ class StackSettings(StrictModel):
             raise _spec_error(
                 "stack.max_run_hours", v, "must be 0 (guard off) or at least 1/3600 (one second)",
                 "the billing guard counts whole seconds; a shorter limit would silently turn it "
-                "off while the node keeps the right to delete itself",
+                "off while the guard keeps its rights",
+            )
+        if v > MAX_GUARD_RUN_HOURS:
+            raise _spec_error(
+                "stack.max_run_hours", v, f"must be at most {MAX_GUARD_RUN_HOURS} (30 days)",
+                "the billing guard is a Cloud Tasks task, and Cloud Tasks schedules a task at "
+                "most 30 days ahead",
             )
         return v
 
@@ -533,6 +589,43 @@ class Deployment(StrictModel):
     @property
     def network_tag(self) -> str:
         return f"tpuserve-{self.name}"
+
+    # Long-lived resources are named for the deployment, not the stack: a shared base will
+    # hold them (ARCHITECTURE "Conventions").
+    @property
+    def creates_network(self) -> bool:
+        return self.gcp.network is None
+
+    @property
+    def network_name(self) -> str:
+        return self.gcp.network or f"{self.gcp.deployment}-net"
+
+    @property
+    def subnet_name(self) -> str | None:
+        """The subnet the project creates; None when the user brings a network."""
+        return f"{self.gcp.deployment}-net-{self.gcp.region}" if self.creates_network else None
+
+    @property
+    def has_billing_guard(self) -> bool:
+        return self.stack.provisioning_model != "flex" and self.stack.max_run_hours > 0
+
+    @property
+    def guard_service_account_id(self) -> str:
+        return f"{self.gcp.deployment}-guard"
+
+    @property
+    def guard_service_account_email(self) -> str:
+        return f"{self.guard_service_account_id}@{self.gcp.project}.iam.gserviceaccount.com"
+
+    @property
+    def guard_queue(self) -> str:
+        """The Cloud Tasks queue holding each node's deletion task (in the zone's region)."""
+        return (f"projects/{self.gcp.project}/locations/{self.gcp.region}/queues/"
+                f"{self.gcp.deployment}-guard")
+
+    @property
+    def node_path(self) -> str:
+        return f"projects/{self.gcp.project}/locations/{self.gcp.zone}/nodes/{self.node_name}"
 
     # Names carry the stack name so the three stacks can live side by side in one project.
     @property
@@ -760,6 +853,12 @@ def deployment_warnings(d: Deployment) -> list[str]:
         out.append(
             f"stack.max_run_hours = 0: the billing guard is off; {d.stack.provisioning_model} "
             f"bills ${d.usd_per_hour:.4f}/h until deleted, ${monthly:,.0f} a month (SPEC 7)"
+        )
+    if d.gcp.network == "default":
+        out.append(
+            "gcp.network = 'default': its pre-made rules (default-allow-ssh, -rdp, -icmp from "
+            "0.0.0.0/0) apply to the node and its external IP next to tpuserve's own; unset "
+            "gcp.network to let tpuserve create a network whose only rules are its own"
         )
     if not d.access.api_key_proxy and any(
         ipaddress.ip_network(r).prefixlen == 0 for r in d.access.api_source_ranges

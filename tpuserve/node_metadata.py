@@ -11,6 +11,13 @@ from collections.abc import Callable
 def node_metadata(
     startup_script: str, *, escape: Callable[[str], str] = lambda s: s
 ) -> dict[str, str]:
-    """The node's metadata: the boot script, and guest attributes switched on (off by
-    default on Compute Engine) so the boot phases can be read through the TPU API."""
-    return {"startup-script": escape(startup_script), "enable-guest-attributes": "TRUE"}
+    """The node's metadata: the boot script; guest attributes switched on (off by default on
+    Compute Engine) so the boot phases can be read through the TPU API; and SSH through OS
+    Login only: IAM decides who may log in (roles/compute.osLogin or osAdminLogin), and
+    project-wide SSH keys in metadata do not open the node."""
+    return {
+        "startup-script": escape(startup_script),
+        "enable-guest-attributes": "TRUE",
+        "enable-oslogin": "TRUE",
+        "block-project-ssh-keys": "TRUE",
+    }

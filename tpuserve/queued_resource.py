@@ -173,7 +173,8 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
                         "acceleratorType": d.tpu.accelerator_type,
                         "runtimeVersion": d.tpu.runtime_version,
                         # Raw REST without enableExternalIps means no external IP (issue 3).
-                        "networkConfig": {"network": d.gcp.network, "enableExternalIps": True},
+                        "networkConfig": network_config(d),
+                        "shieldedInstanceConfig": {"enableSecureBoot": True},
                         "metadata": node_metadata(startup_script),
                         "serviceAccount": {
                             "email": d.service_account_email,
@@ -191,6 +192,16 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
             "validUntilDuration": duration_json(parse_duration(d.stack.valid_until_duration))
         }
     return body
+
+
+def network_config(d: Deployment) -> dict[str, Any]:
+    """The node's networkConfig: the deployment's own network and subnet (issue 10 section
+    3), or the network the user brings (gcp.network)."""
+    out: dict[str, Any] = {"network": d.network_name}
+    if d.subnet_name:
+        out["subnetwork"] = d.subnet_name
+    out["enableExternalIps"] = True
+    return out
 
 
 def with_generation(body: Mapping[str, Any], generation: str) -> dict[str, Any]:
@@ -259,8 +270,10 @@ def spec_differences(wanted: object, actual: object, path: str = "") -> list[str
             return [f"{path}: {_short(actual)}, want {len(wanted)} item(s)"]
         return [d for i, w in enumerate(wanted) for d in spec_differences(w, actual[i],
                                                                          f"{path}[{i}]")]
-    if path.endswith("networkConfig.network") and isinstance(actual, str):
-        # The API may return the network as a full URL; the name is what matters.
+    if path.endswith(("networkConfig.network", "networkConfig.subnetwork")) and isinstance(
+        actual, str
+    ):
+        # The API may return the network and subnet as full URLs; the name is what matters.
         actual = actual.rsplit("/", 1)[-1]
         wanted = str(wanted).rsplit("/", 1)[-1]
     if wanted != actual:

@@ -32,7 +32,7 @@ PROXY_CONTAINER_NAME = "tpuserve-proxy"
 # (nodes.getGuestAttributes, queryPath "tpuserve/"). Keys and value format: the script header.
 GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
 GUEST_ATTRIBUTE_KEYS = (
-    "boot", "state", "guard", "secret", "image", "cache", "container", "memory", "kv_cache",
+    "boot", "state", "secret", "image", "cache", "container", "memory", "kv_cache",
     "startup_complete", "health", "tls", "bypass_check", "cache_publish",
 )
 # Compile-cache objects in the stack's bucket: PREFIX + cache_id() + ".tar.gz".
@@ -62,13 +62,6 @@ def vllm_command(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> lis
     if d.access.api_key_proxy:
         return serve_argv(d.vllm) + listen_argv("127.0.0.1", backend_port)
     return serve_argv(d.vllm) + listen_argv("0.0.0.0", d.vllm.port)
-
-
-def max_run_seconds(d: Deployment) -> int:
-    """The billing guard's limit: spot and on-demand only (flex has its own max run duration)."""
-    if d.stack.provisioning_model == "flex":
-        return 0
-    return int(d.stack.max_run_hours * 3600)
 
 
 def cache_id(cache_key: str, image_digest: str) -> str:
@@ -117,7 +110,6 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
         "cache_bucket": d.cache_bucket if d.cache.enabled else "",
         "cache_key": compile_cache_key(d, argv),
         "cache_prefix": CACHE_OBJECT_PREFIX,
-        "max_run_seconds": max_run_seconds(d),
     }
     ctx["nginx_conf"] = render_nginx_conf(
         public_port=d.vllm.port, backend_port=backend_port, tls=ctx["tls"] == "self-signed",

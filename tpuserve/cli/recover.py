@@ -22,11 +22,14 @@ def recover(
     json_output: JsonOpt = False,
 ) -> None:
     """Delete what is dead and re-run `npx cdktf deploy STACK --auto-approve` (override with
-    TPUSERVE_DEPLOY_COMMAND, '{stack}' is replaced). A healthy stack is left alone (exit 0)."""
+    TPUSERVE_DEPLOY_COMMAND, '{stack}' is replaced). A healthy stack is left alone (exit 0).
+    Spot and on-demand: the node's billing guard (a Cloud Tasks task) is re-armed."""
+    from tpuserve.billing_guard import GuardApi
+
     d = common.load_stack(stack)
     result = recovery.recover(
         d, nodes=common.node_api(), qrs=common.qr_api(), deploy=common.deploy_runner(),
-        retries=retries, log=log,
+        retries=retries, log=log, guard=GuardApi(),
     )
     if json_output:
         emit_json(result.to_json())

@@ -5,6 +5,10 @@ spot node through the TPU API; a SUSPENDED or FAILED flex queued resource with f
 runs the stack's own deployment (`npx cdktf deploy STACK --auto-approve`), which recreates it.
 Bounded retries with backoff; every step is logged through a callback.
 
+Spot and on-demand nodes: recovery then re-arms the billing guard (a Cloud Tasks task at the
+node's createTime + max_run_hours, tpuserve.billing_guard), and a healthy node's guard is
+re-armed too. Arming is idempotent: an armed node keeps its one task.
+
 Ctrl-C: a deletion already requested completes on Google's side; a running deployment gets
 SIGINT forwarded and is waited for, so Terraform stops gracefully and saves its state instead
 of dying mid-apply with a locked state.
@@ -52,6 +56,10 @@ class NodeOps(Protocol):
     def delete(self, d: Deployment) -> bool: ...
 
 
+class GuardOps(Protocol):
+    def arm(self, d: Deployment) -> str | None: ...
+
+
 class QueuedResourceOps(Protocol):
     def get_queued_resource(self, ref: QueuedResourceRef) -> QueuedResource | None: ...
     def delete_queued_resource(self, ref: QueuedResourceRef, *, force: bool = ...,
@@ -65,10 +73,11 @@ class RecoveryResult:
     reason: str
     attempts: int = 0
     log: list[str] = field(default_factory=list)
+    guard: str | None = None  # the billing guard's state after recovery (spot, on-demand)
 
     def to_json(self) -> dict[str, object]:
         return {"stack": self.stack, "action": self.action, "reason": self.reason,
-                "attempts": self.attempts, "log": self.log}
+                "attempts": self.attempts, "log": self.log, "guard": self.guard}
 
 
 def deploy_argv(stack: str, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -154,8 +163,11 @@ def recover(
     log: Log = lambda _m: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    guard: GuardOps | None = None,
 ) -> RecoveryResult:
-    """Recover one stack if it needs it. Raises OpsError when every attempt failed."""
+    """Recover one stack if it needs it, then re-arm its billing guard (when `guard` is given
+    and the node exists). Raises OpsError when every attempt failed or the guard cannot be
+    armed."""
     if retries < 1:
         raise OpsError(f"--retries = {retries}: must be >= 1")
     result = RecoveryResult(d.name, "none", "")
@@ -168,6 +180,10 @@ def recover(
     if not needed:
         result.reason = why
         say(f"{d.name}: {why}")
+        if guard is not None and d.stack.provisioning_model != "flex" and (
+            nodes.get(d) is not None
+        ):
+            _rearm(d, guard, result, say)
         return result
     result.reason = why
     say(f"{d.name}: {why}: replacing it")
@@ -195,11 +211,27 @@ def recover(
             continue
         result.action = "recovered"
         say(f"{d.name}: recovered ({state}); wait for the server with `tpuserve wait {d.name}`")
+        if guard is not None:
+            _rearm(d, guard, result, say)
         return result
     raise OpsError(
         f"recover {d.name}: {retries} attempt(s) failed; last: {last_error}",
         hint=f"look at `tpuserve status {d.name}` and run npx cdktf deploy {d.name} by hand",
     )
+
+
+def _rearm(d: Deployment, guard: GuardOps, result: RecoveryResult, say: Log) -> None:
+    from tpuserve.billing_guard import GuardError  # lazy: flex-only users never load it
+
+    try:
+        result.guard = guard.arm(d)
+    except (ApiError, GuardError) as exc:
+        raise OpsError(
+            f"recover {d.name}: the node runs WITHOUT its billing guard: {exc}",
+            hint=f"re-run `tpuserve recover {d.name}`, or delete the node yourself when done",
+        ) from None
+    if result.guard is not None:
+        say(f"{d.name}: {result.guard}")
 
 
 def _alive(d: Deployment, nodes: NodeOps, qrs: QueuedResourceOps) -> bool:

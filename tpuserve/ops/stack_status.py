@@ -110,9 +110,10 @@ class StackStatus:
             return None, "none: billing guard off (stack.max_run_hours = 0)"
         if created is None:
             return None, f"billing guard {hours:g} h"
-        # The guard counts from the node's creation (or its first boot): estimate until the
-        # boot script records the exact deadline.
-        return created + dt.timedelta(hours=hours), f"billing guard {hours:g} h (estimated)"
+        # The guard's Cloud Tasks task fires at exactly this time (tpuserve.billing_guard);
+        # nodes booted by an older script may still report their own deadline (above).
+        return created + dt.timedelta(hours=hours), (
+            f"billing guard {hours:g} h (createTime + max_run_hours)")
 
     @property
     def ends_in_s(self) -> float | None:
