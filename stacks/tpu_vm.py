@@ -28,10 +28,10 @@ from .cdk import (
     GoogleTpuV2VmShieldedInstanceConfig,
     LocalExecProvisioner,
 )
-from .literals import tf_ref
-from .local_exec import python_module, repo_root
 from .foundation import VM_SCOPES
 from .guard import BillingGuard
+from .literals import tf_ref
+from .local_exec import python_module, repo_root
 
 GUARD_CLIENT = python_module("tpuserve.billing_guard")
 

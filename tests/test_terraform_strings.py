@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from stacks.flex import PYTHON
+from stacks.local_exec import PYTHON
 from tpuserve.startup import render_startup
 
 TERRAFORM = shutil.which("terraform")

@@ -114,17 +114,6 @@ class GcpSettings(StrictModel):
     deployment: str = "tpuserve"
     subnet_cidr: str = "10.64.0.0/20"
 
-    @field_validator("network")
-    @classmethod
-    def _network(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", v):
-            raise ValueError(
-                f"gcp.network = {v!r}: a network name is 1-63 lowercase letters, digits or "
-                "hyphens, starting with a letter (Compute Engine's rule); unset it to let "
-                "tpuserve create one"
-            )
-        return v
-
     @field_validator("deployment")
     @classmethod
     def _deployment(cls, v: str) -> str:
@@ -164,8 +153,9 @@ class GcpSettings(StrictModel):
 
     @field_validator("network")
     @classmethod
-    def _network(cls, v: str) -> str:
-        return check("gcp.network", v, rules.NETWORK)
+    def _network(cls, v: str | None) -> str | None:
+        # None: tpuserve creates the deployment's network.
+        return None if v is None else check("gcp.network", v, rules.NETWORK)
 
     @property
     def region(self) -> str:

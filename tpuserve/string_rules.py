@@ -78,7 +78,8 @@ _GCE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 NETWORK = Rule(
     rf"(?:projects/[a-z][a-z0-9-]{{4,28}}[a-z0-9]/global/networks/)?{_GCE_NAME}",
     "a VPC network name (1-63 lowercase letters, digits or hyphens, starting with a letter, not "
-    "ending with a hyphen) or projects/PROJECT/global/networks/NAME",
+    "ending with a hyphen) or projects/PROJECT/global/networks/NAME; unset it to let tpuserve "
+    "create one",
     63 + 50,
 )
 # TPU runtime versions are lowercase words with dots and dashes: v2-alpha-tpuv5-lite.
