@@ -48,7 +48,7 @@ TRANSIENT_CODES = frozenset({429, 500, 502, 503, 504})
 CREATE_TRANSIENT_CODES = TRANSIENT_CODES - {429}
 # Off Google Cloud, a metadata-server probe gets this long (google-auth's own probe takes
 # 3 x 3 s and hangs ~12 s where 169.254.169.254 is silently dropped).
-METADATA_PROBE_TIMEOUT_S = 0.5
+METADATA_PROBE_TIMEOUT_S = 0.3
 DMI_PRODUCT_NAME = "/sys/class/dmi/id/product_name"  # "Google Compute Engine" on a Google VM
 
 # google.rpc.Code numbers (as found in Operation.error) -> their names.

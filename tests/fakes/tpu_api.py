@@ -52,7 +52,8 @@ CHAIN = {
     "ACTIVE": "SUSPENDING",
     "SUSPENDING": "SUSPENDED",
 }
-QR_STATES = frozenset(CHAIN) | {"SUSPENDED", "FAILED", "DELETING"}
+# STATE_UNSPECIFIED: the enum's zero value, which the API may report (tests set it by hand).
+QR_STATES = frozenset(CHAIN) | {"SUSPENDED", "FAILED", "DELETING", "STATE_UNSPECIFIED"}
 # Everything happens at once: a create is ACTIVE on the next request, a delete gone on the next.
 ZERO_DURATIONS: Mapping[str, float] = {
     "CREATING": 0, "ACCEPTED": 0, "WAITING_FOR_RESOURCES": 0, "PROVISIONING": 0,
@@ -157,6 +158,7 @@ class Fault:
     times: int
     error: ApiFault | None = None
     seconds: float = 0.0
+    skip: int = 0  # matching requests answered normally before this fault starts
 
     def matches(self, request: Request) -> bool:
         return (self.method is None or self.method == request.method) and (
@@ -394,6 +396,9 @@ class FakeTpuApi:
         self._faults: list[Fault] = []
         self._stopping = threading.Event()  # ends a stall early: stop() stays fast
         self._create_errors: list[dict[str, Any]] = []
+        # How a delete of a PROVISIONING QR is refused: (HTTP code, status; "" = no status
+        # field). The docs promise no exact shape: 400, 409 and 412 have all been seen.
+        self.provisioning_delete_refusal: tuple[int, str] = (400, "FAILED_PRECONDITION")
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._server: Any = None
@@ -520,11 +525,13 @@ class FakeTpuApi:
     def fail_next(
         self, code: int, status: str, message: str, *, method: str | None = None,
         path_contains: str | None = None, times: int = 1, retry_after: str | None = None,
+        skip: int = 0,
     ) -> None:
-        """The next `times` matching requests get this error instead of an answer (status ""
-        leaves the JSON's status field out; retry_after adds the Retry-After header)."""
+        """The next `times` matching requests (after `skip` answered ones) get this error
+        instead of an answer (status "" leaves the JSON's status field out; retry_after adds
+        the Retry-After header)."""
         self._queue(Fault("error", method, path_contains, times,
-                          ApiFault(code, status, message, retry_after=retry_after)))
+                          ApiFault(code, status, message, retry_after=retry_after), skip=skip))
 
     def html_next(self, code: int = 502, *, method: str | None = None,
                   path_contains: str | None = None, times: int = 1) -> None:
@@ -725,6 +732,9 @@ class FakeTpuApi:
     def _take_fault(self, request: Request) -> Fault | None:
         for fault in self._faults:
             if fault.matches(request):
+                if fault.skip > 0:
+                    fault.skip -= 1
+                    return None
                 fault.times -= 1
                 if fault.times <= 0:
                     self._faults.remove(fault)
@@ -849,7 +859,8 @@ class FakeTpuApi:
             raise _invalid(f'Invalid value at \'force\' (TYPE_BOOL), "{force}"')
         record = self._existing_qr(g)
         if record.state == "PROVISIONING":
-            raise ApiFault(400, "FAILED_PRECONDITION",
+            code, status = self.provisioning_delete_refusal
+            raise ApiFault(code, status,
                            f"Cannot delete queued resource '{record.name}' in state "
                            "PROVISIONING; retry once provisioning finishes.")
         if force != "true" and any(n in self.nodes for n in record.node_names):

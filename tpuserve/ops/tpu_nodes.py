@@ -125,6 +125,9 @@ def api_errors(action: str, environ: Mapping[str, str] | None = None) -> Iterato
             action=action, service="tpu", token_in_env=token_in_env, retry_after=retry_after,
         ) from None
     except auth_exc.GoogleAuthError as exc:
+        if token_in_env:  # a refused bearer token: google-auth cannot refresh it
+            raise ApiError(401, "UNAUTHENTICATED", "the access token was refused",
+                           action=action, service="tpu", token_in_env=True) from None
         raise CredentialsError(f"{action}: {exc}") from None
     except (OSError, ValueError) as exc:
         # requests' ConnectionError is an OSError; a garbled body surfaces as ValueError.
