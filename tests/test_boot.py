@@ -722,6 +722,30 @@ def test_a_stalled_download_is_abandoned_as_a_miss_and_the_publish_replaces_that
     assert "cache: cache:" not in out and "cache: miss download stalled" in out
 
 
+def test_transient_faults_of_every_google_api_the_boot_calls_are_retried(cloud: Cloud) -> None:
+    d = cloud.deployment
+    first = cloud.node()
+    first.run()  # publishes the cache the next node restores
+    first.stop()
+    node = cloud.node()
+    cloud.secrets.fail_next(429, "RESOURCE_EXHAUSTED", "Quota exceeded", retry_after="2")
+    cloud.secrets.faults.html(lambda r: ":access" in r.path, 502)
+    cloud.secrets.faults.drop(lambda r: ":access" in r.path)
+    cloud.metadata.faults.drop(lambda r: r.path.endswith("/service-accounts/default/token"))
+    cloud.storage.fail_next(503, kind="download", retry_after="1")
+    cloud.storage.fail_next(0, kind="download", drop=True)
+    since = time.time()
+    node.run()
+    attrs = node.attrs()
+    assert attrs["state"] == "ready" and attrs["secret"] == "fetched"
+    assert attrs["cache"].startswith("hit "), attrs["cache"]
+    statuses = [c.status for c in cloud.secrets.calls_for(d.hf_token_secret_id)
+                if c.at >= since]
+    assert statuses[:4] == [429, 502, 500, 200]  # 500: the dropped one, as recorded
+    downloads = [c.status for c in cloud.storage.calls_of("download") if c.at >= since]
+    assert downloads == [503, 500, 200]
+
+
 def _curl_calls(node: Node, fragment: str) -> list[str]:
     return [line for line in node.spy_log.read_text().splitlines()
             if line.startswith("CALL curl") and fragment in line]

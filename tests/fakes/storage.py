@@ -41,7 +41,7 @@ from urllib.parse import quote, unquote
 
 from werkzeug import Request, Response
 
-from .metadata import LoopbackServer
+from .metadata import LoopbackServer, dropped
 
 _OBJECT_PATH = re.compile(r"/storage/v1/b/([^/]+)/o/([^/]+)")
 _UPLOAD_PATH = re.compile(r"/upload/storage/v1/b/([^/]+)/o")
@@ -155,11 +155,14 @@ class FakeStorage:
             self.objects[name] = StoredObject(data, self._generation, content_type)
 
     def fail_next(self, code: int, reason: str = "backendError", *, kind: str | None = None,
-                  times: int = 1, retry_after: str | None = None, html: bool = False) -> None:
+                  times: int = 1, retry_after: str | None = None, html: bool = False,
+                  drop: bool = False) -> None:
         """The next `times` requests (of `kind`: "download", "upload", ...) get this error:
-        the JSON API's error body, or with html=True the front end's HTML page."""
+        the JSON API's error body, with html=True the front end's HTML page, with drop=True
+        a connection closed without an answer."""
+        reason = "drop" if drop else "html" if html else reason
         with self._lock:
-            self._faults.append((kind, code, "html" if html else reason, retry_after, [times]))
+            self._faults.append((kind, code, reason, retry_after, [times]))
 
     def _take_fault(self, kind: str) -> Response | None:
         with self._lock:
@@ -172,6 +175,8 @@ class FakeStorage:
                     break
             else:
                 return None
+        if reason == "drop":
+            return dropped()
         if reason == "html":
             response = Response(f"<!DOCTYPE html><title>Error {code}</title><p>That's an error.",
                                 code, mimetype="text/html")
