@@ -254,6 +254,16 @@ def test_status_reports_an_unknown_qr_without_offering_recovery(cli_env: Env) ->
     assert any("state unknown (STATE_UNSPECIFIED)" in p for p in s["problems"])
 
 
+def test_wait_treats_an_unknown_qr_as_not_ready_yet_not_as_dead(cli_env: Env) -> None:
+    d = cli_env.d("flex")
+    cli_env.tpu.seed_queued_resource(d.gcp.project, d.gcp.zone, d.node_name, state="ACCEPTED")
+    cli_env.tpu.set_state(d.node_name, "STATE_UNSPECIFIED")
+    result = invoke("wait", "flex", "--timeout", "0", "--poll-interval", "0")
+    assert result.exit_code == 3  # timed out waiting, not failed as dead
+    assert "UNKNOWN (STATE_UNSPECIFIED)" in result.stderr
+    assert "recover" not in result.stderr
+
+
 # ---------------------------------------------------------------- the node path
 
 
