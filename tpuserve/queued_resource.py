@@ -14,6 +14,12 @@ and the entry point the flex stack's Terraform provisioners run:
 
 The QR name comes from --name or $TPUSERVE_QR_NAME (projects/P/locations/Z/queuedResources/ID).
 An error prints one line to stderr and exits 1 (bad input: 2); never a traceback.
+
+Transient faults never cost a queue position (issue 11): every call is retried by the API
+edge's policy (google_api.RetryPolicy) within the command's --timeout; a wait whose reads keep
+failing polls again (state UNREADABLE) until that timeout; and `create` deletes what it made
+only on a definitive outcome (FAILED/SUSPENDED, or the create operation refused the spec).
+Otherwise it leaves the QR in the queue and says so: the next deploy adopts it.
 """
 
 from __future__ import annotations
@@ -756,7 +762,7 @@ class TpuClient(GoogleApi):
         name = f"projects/{project}/locations/{zone}/nodes/{node_id}"
         data = self.request(
             "POST", f"{api_version}/{name}:getGuestAttributes", body={"queryPath": query_path},
-            action=f"get guest attributes of {name}",
+            action=f"get guest attributes of {name}", idempotent=True,  # a read, as a POST
         )
         out: dict[str, str] = {}
         for attrs in data.get("guestAttributes", []):
