@@ -540,7 +540,9 @@ class FakeTpuApi:
 
     def drop_next(self, *, method: str | None = None, path_contains: str | None = None,
                   times: int = 1) -> None:
-        """The next matching requests see their connection closed without an answer."""
+        """The next matching requests take effect, then see their connection closed without
+        an answer (a reset after the server acted: a create that did happen, unknown to its
+        caller)."""
         self._queue(Fault("drop", method, path_contains, times))
 
     def stall_next(self, seconds: float, *, method: str | None = None,
