@@ -29,7 +29,14 @@ from tpuserve import google_api
 from tpuserve.config import build_deployments, load_raw
 from tpuserve.google_api import DEFAULT_POLICY, ApiError, RetryPolicy
 from tpuserve.ops.tpu_nodes import NodeApi, make_client
-from tpuserve.queued_resource import MISSING, TpuClient, UnknownState, probe
+from tpuserve.queued_resource import (
+    MISSING,
+    QueuedResourceError,
+    TpuClient,
+    UnknownState,
+    probe,
+    with_generation,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -174,13 +181,31 @@ def test_a_create_whose_reads_keep_failing_leaves_the_qr_and_says_how_to_resume(
     assert not api.calls("DELETE") and api.state_of(QR_ID) == "CREATING"
 
 
-def test_a_create_reset_after_the_server_acted_adopts_what_it_made(api) -> None:
+def test_a_create_reset_after_the_server_acted_knows_the_qr_is_its_own(api) -> None:
     clock = Clock()
     clock.hooks.append(api.advance)
     api.drop_next(method="POST")  # the create happened; its answer was lost
-    result = client_for(api, clock).create_queued_resource(REF, flex_body(PROJECT, ZONE, QR_ID))
-    assert result.queued_resource.state == "ACCEPTED"
+    body = with_generation(flex_body(PROJECT, ZONE, QR_ID), "gen-7")
+    result = client_for(api, clock).create_queued_resource(REF, body)
+    assert result.queued_resource.state == "ACCEPTED" and result.adopted is False
     assert len(api.calls("POST")) == 2 and len(api.queued_resources) == 1
+
+
+def test_a_create_reset_that_then_fails_removes_its_own_qr(api) -> None:
+    clock = Clock()
+    def fail_then_advance() -> None:
+        if api.state_of(QR_ID) == "CREATING":
+            api.set_state(QR_ID, "FAILED", failure="no capacity")
+        else:
+            api.advance()
+
+    clock.hooks.append(fail_then_advance)
+    api.drop_next(method="POST")
+    body = with_generation(flex_body(PROJECT, ZONE, QR_ID), "gen-7")
+    with pytest.raises(QueuedResourceError, match="is FAILED: no capacity") as err:
+        client_for(api, clock).create_queued_resource(REF, body)
+    assert err.value.__notes__ == ["the queued resource this create made was deleted again"]
+    assert api.state_of(QR_ID) is None
 
 
 def test_a_create_refused_for_quota_is_not_retried(api) -> None:

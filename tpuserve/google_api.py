@@ -445,6 +445,9 @@ class GoogleApi:
         self._rand = rand
         self.policy = policy or RetryPolicy.from_env(environ)
         self.deadline: float | None = None  # the running command's end (absolute clock time)
+        # Did an earlier try of the last request fail in a way that may have acted (no answer,
+        # or a 5xx)? A create that then gets 409 may be looking at its own resource.
+        self.earlier_try_unanswered = False
         env = os.environ if environ is None else environ
         self._token_in_env = bool(env.get(TOKEN_ENV, "").strip())
 
@@ -473,8 +476,17 @@ class GoogleApi:
             policy = replace(policy, transient_codes=transient_codes)
         if not idempotent:
             policy = replace(policy, tries=1)
+        self.earlier_try_unanswered = False
 
         def attempt() -> dict[str, Any]:
+            try:
+                return answer()
+            except ApiError as exc:
+                if exc.code == 0 or exc.code >= 500:
+                    self.earlier_try_unanswered = True
+                raise
+
+        def answer() -> dict[str, Any]:
             try:
                 resp = self.session.request(
                     method, url, params=params, json=body, timeout=self.timeout

@@ -527,9 +527,14 @@ class TpuClient(GoogleApi):
                 except ApiError as exc:
                     if exc.code != 409:
                         raise
+                    ours = self.earlier_try_unanswered
                     existing = self.get_queued_resource(ref)  # lost a race: judge what is there
                     if existing is None:
                         raise
+                    if ours:
+                        # An earlier try of this very POST may have acted (its answer was lost
+                        # or a 5xx): the QR is this create's own, cleanup included.
+                        existing = None
             if existing is not None:
                 diffs = spec_differences(body, existing.raw)
                 if diffs:
