@@ -105,6 +105,7 @@ def cli_env(
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TPUSERVE_CONFIG", str(config))
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("TPUSERVE_TIME_SCALE", "0")  # retry pauses of the Google API edge
     for name in ("TPUSERVE_PROJECT", "TPUSERVE_ZONE", "TPUSERVE_DEBUG",
                  "TPUSERVE_DEPLOY_COMMAND"):
         monkeypatch.delenv(name, raising=False)

@@ -724,9 +724,102 @@ def test_a_storage_timeout_is_a_miss_and_the_boot_goes_on(cloud: Cloud) -> None:
     node = cloud.node()
     node.run()
     attrs = node.attrs()
-    assert attrs["cache"] == "miss storage unreachable or timed out"
+    assert attrs["cache"].startswith("miss download stalled or timed out (under 1048576 B/s")
+    assert len(cloud.storage.calls_of("download")) == 1  # a timeout is a miss, not retried
     assert attrs["state"] == "ready"
     assert attrs["cache_publish"].startswith("published")
+
+
+def test_a_stalled_download_is_abandoned_as_a_miss_and_the_publish_replaces_that_generation(
+    cloud: Cloud,
+) -> None:
+    node = cloud.node()
+    name = cloud.cache_object(node)
+    cloud.storage.put(name, archive({"xla_cache/jit_a-cache": os.urandom(256 * 1024)}))
+    stalled_generation = cloud.storage.objects[name].generation
+    cloud.storage.download_stall = 30  # half the bytes, then nothing: far beyond the window
+    out = node.run()
+    attrs = node.attrs()
+    assert attrs["cache"].startswith("miss download stalled or timed out"), attrs["cache"]
+    assert len(cloud.storage.calls_of("download")) == 1  # a stall is not waited out again
+    assert attrs["state"] == "ready"
+    # The boot knew which generation it failed to read, and published over exactly that one.
+    assert attrs["cache_publish"].startswith("published ")
+    assert cloud.storage.objects[name].generation > stalled_generation
+    assert "cache: cache:" not in out and "cache: miss download stalled" in out
+
+
+def test_transient_faults_of_every_google_api_the_boot_calls_are_retried(cloud: Cloud) -> None:
+    d = cloud.deployment
+    first = cloud.node()
+    first.run()  # publishes the cache the next node restores
+    first.stop()
+    node = cloud.node()
+    cloud.secrets.fail_next(429, "RESOURCE_EXHAUSTED", "Quota exceeded", retry_after="2")
+    cloud.secrets.faults.html(lambda r: ":access" in r.path, 502)
+    cloud.secrets.faults.drop(lambda r: ":access" in r.path)
+    cloud.metadata.faults.drop(lambda r: r.path.endswith("/service-accounts/default/token"))
+    cloud.storage.fail_next(503, kind="download", retry_after="1")
+    cloud.storage.fail_next(0, kind="download", drop=True)
+    since = time.time()
+    node.run()
+    attrs = node.attrs()
+    assert attrs["state"] == "ready" and attrs["secret"] == "fetched"
+    assert attrs["cache"].startswith("hit "), attrs["cache"]
+    statuses = [c.status for c in cloud.secrets.calls_for(d.hf_token_secret_id)
+                if c.at >= since]
+    assert statuses[:4] == [429, 502, 500, 200]  # 500: the dropped one, as recorded
+    downloads = [c.status for c in cloud.storage.calls_of("download") if c.at >= since]
+    assert downloads == [503, 500, 200]
+
+
+def _curl_calls(node: Node, fragment: str) -> list[str]:
+    return [line for line in node.spy_log.read_text().splitlines()
+            if line.startswith("CALL curl") and fragment in line]
+
+
+def test_the_cache_upload_is_a_resumable_upload_streamed_from_disk(booted: Booted) -> None:
+    cloud, node = booted.cloud, booted.node
+    name = cloud.cache_object(node, booted.old_digest)
+    # Two publishes: the cold boot's, and the one after the tag moved (a new object).
+    opened = [c for c in _curl_calls(node, "uploadType=resumable") if "upload_id=" not in c]
+    assert len(opened) == 2
+    # A cold boot may only create the object: it restored no generation.
+    assert f"name={name.replace('/', '%2F')}\\&ifGenerationMatch=0" in opened[0]  # %q escapes &
+    assert "--data-binary @" not in "".join(_curl_calls(node, "upload/storage"))
+    puts = _curl_calls(node, "upload_id=")
+    assert len(puts) == 2
+    for put in puts:
+        assert " -T " in put and "publish.tar.gz" in put and "Content-Range:\\ bytes\\ 0-" in put
+    sessions = [c for c in cloud.storage.calls_of("upload_session") if c.at < booted.moved_at]
+    assert [(c.method, c.name, c.status) for c in sessions] == [("POST", name, 200)]
+
+
+def test_a_node_never_replaces_a_cache_another_node_published_meanwhile(cloud: Cloud) -> None:
+    node = cloud.node()
+    name = cloud.cache_object(node)
+    theirs = archive({"xla_cache/jit_theirs-cache": b"compiled elsewhere"})
+    # Another node finishes its publish just before this one's upload is finalized.
+    cloud.storage.before_finalize.append(lambda: cloud.storage.put(name, theirs))
+    out = node.run()
+    attrs = node.attrs()
+    assert attrs["state"] == "ready"
+    assert attrs["cache_publish"].startswith(
+        f"superseded another node published gs://{cloud.deployment.cache_bucket}/{name} "
+        "meanwhile custom_time="), attrs["cache_publish"]
+    assert cloud.storage.objects[name].data == theirs  # kept, not silently replaced
+    assert [c.status for c in cloud.storage.calls_of("upload")] == [412]
+    assert "(another node published meanwhile): kept theirs, not replaced" in out
+
+
+def test_a_failed_upload_reads_as_one_clean_guest_attribute(cloud: Cloud) -> None:
+    # The front end's HTML page (no JSON error, no status word) on every upload try.
+    cloud.storage.fail_next(502, kind="upload_session", times=10_000, html=True)
+    node = cloud.node()
+    node.run()
+    attrs = node.attrs()
+    assert attrs["cache_publish"] == "failed upload: HTTP 502"  # no trailing space
+    assert len(cloud.storage.calls_of("upload_session")) > 1  # retried, then given up
 
 
 def _storage_patch(storage: FakeStorage, name: str, body: object,
@@ -763,6 +856,58 @@ def test_the_fake_storage_patches_custom_time_as_documented(cloud: Cloud) -> Non
     assert storage.objects[name].custom_time == "2030-01-01T00:00:00.5Z"
     storage.put(name, b"y")  # a new generation starts without one
     assert storage.objects[name].custom_time is None
+
+
+def _storage_call(storage: FakeStorage, method: str, path: str, body: bytes = b"",
+                  headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", storage.server.port, timeout=5)
+    conn.request(method, path, body, {"Authorization": f"Bearer {storage.access_token}",
+                                      **(headers or {})})
+    resp = conn.getresponse()
+    answer = (resp.status, dict(resp.getheaders()), resp.read())
+    conn.close()
+    return answer
+
+
+def test_the_fake_storage_speaks_the_resumable_upload_protocol(cloud: Cloud) -> None:
+    storage, name = cloud.storage, "xla-cache/k-0123456789ab.tar.gz"
+    base = f"/upload/storage/v1/b/{storage.bucket}/o"
+    opened = f"{base}?uploadType=resumable&name={name.replace('/', '%2F')}&ifGenerationMatch=0"
+    status, headers, _ = _storage_call(storage, "POST", opened, b"{}",
+                                       {"Content-Type": "application/json"})
+    assert status == 200
+    session = headers["Location"].split(str(storage.server.port), 1)[1]
+    assert "upload_id=" in session
+    # Chunks must continue where the last one ended; a short one is refused.
+    assert _storage_call(storage, "PUT", session, b"abc",
+                         {"Content-Range": "bytes 1-3/6"})[0] == 400
+    status, headers, _ = _storage_call(storage, "PUT", session, b"abc",
+                                       {"Content-Range": "bytes 0-2/*"})
+    assert status == 308 and headers["Range"] == "bytes=0-2"
+    assert _storage_call(storage, "PUT", session, b"",
+                         {"Content-Range": "bytes */*"})[0] == 308
+    # Another writer creates the object meanwhile: ifGenerationMatch=0 no longer holds.
+    storage.put(name, b"theirs")
+    status, _, body = _storage_call(storage, "PUT", session, b"def",
+                                    {"Content-Range": "bytes 3-5/6"})
+    assert status == 412 and json.loads(body)["error"]["errors"][0]["reason"] == "conditionNotMet"
+    assert storage.objects[name].data == b"theirs"
+    # Over the live generation, it is accepted.
+    generation = storage.objects[name].generation
+    status, headers, _ = _storage_call(
+        storage, "POST", f"{base}?uploadType=resumable&name={name}&ifGenerationMatch={generation}")
+    session = headers["Location"].split(str(storage.server.port), 1)[1]
+    status, _, body = _storage_call(storage, "PUT", session, b"mine")
+    assert status == 200 and json.loads(body)["generation"] == str(generation + 1)
+    # Shapes the real API refuses.
+    assert _storage_call(storage, "PUT", f"{base}?uploadType=resumable&upload_id=nope", b"x",
+                         )[0] == 404
+    assert _storage_call(storage, "POST", f"{base}?name={name}", b"x",
+                         {"Content-Type": "application/gzip"})[0] == 400  # no uploadType
+    assert _storage_call(storage, "POST", f"{base}?uploadType=resumable&name={name}"
+                         "&ifGenerationMatch=1", b"")[0] == 412
+    assert _storage_call(storage, "POST", f"{base}?uploadType=resumable&name={name}", b"[1]",
+                         {"Content-Type": "application/json"})[0] == 400
 
 
 # ------------------------------------------------------------------ restart hygiene

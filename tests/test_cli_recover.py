@@ -62,20 +62,23 @@ class Deployer:
         return 0
 
 
+# A TERMINATED spot VM cannot be started again: recovered like a PREEMPTED one (issue 11).
+@pytest.mark.parametrize("lost", ["PREEMPTED", "TERMINATED"])
 def test_preempted_spot_node_is_deleted_then_redeployed(cli_env: Env, tasks: FakeCloudTasks,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        lost: str) -> None:
     d = cli_env.seed_ready("spot")
-    cli_env.tpu.set_node_state(d.node_name, "PREEMPTED")
+    cli_env.tpu.set_node_state(d.node_name, lost)
     deployer = Deployer(cli_env)
     monkeypatch.setattr("tpuserve.cli.common.deploy_runner", lambda: deployer)
     result = invoke("recover", "spot", "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["action"] == "recovered" and doc["attempts"] == 1
-    assert doc["reason"] == "node PREEMPTED"
+    assert doc["reason"] == f"node {lost}"
     assert deployer.calls == ["spot"]
     assert [c.method for c in cli_env.tpu.calls("DELETE")] == ["DELETE"]
-    assert "deleting node tpuserve-spot (PREEMPTED)" in result.stderr
+    assert f"deleting node tpuserve-spot ({lost})" in result.stderr
     assert "tpuserve wait spot" in result.stderr
     # The new node's billing guard is armed: one task, at its createTime + 8 h.
     assert doc["guard"].startswith("billing guard armed: deletes the node at ")

@@ -53,15 +53,17 @@ def test_status_table_lists_every_configured_stack(cli_env: Env) -> None:
     assert "queued resource ACTIVE" in result.stdout and "boot phase" in result.stdout
 
 
-def test_preempted_spot_node_is_a_problem_with_the_way_out(cli_env: Env) -> None:
+@pytest.mark.parametrize("lost", ["PREEMPTED", "TERMINATED"])
+def test_preempted_spot_node_is_a_problem_with_the_way_out(cli_env: Env, lost: str) -> None:
     d = cli_env.seed_ready("spot")
-    cli_env.tpu.set_node_state(d.node_name, "PREEMPTED")
+    cli_env.tpu.set_node_state(d.node_name, lost)
     result = invoke("status", "spot", "--json")
     assert result.exit_code == 1
     (s,) = json.loads(result.stdout)["stacks"]
     assert s["recoverable"] is True
     assert s["health"]["ok"] is None  # not READY: the server is not asked
-    assert any("PREEMPTED" in p and "tpuserve recover spot" in p for p in s["problems"])
+    assert any(lost in p and "tpuserve recover spot" in p for p in s["problems"])
+    assert not any("cdktf deploy" in p for p in s["problems"])  # a deploy would plan nothing
 
 
 def test_suspended_flex_queued_resource(cli_env: Env) -> None:

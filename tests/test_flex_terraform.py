@@ -160,6 +160,7 @@ class Terraform:
             **os.environ, **api.environ(),
             "TPUSERVE_PYTHON": sys.executable,
             "TPUSERVE_QR_POLL_SECONDS": "0",  # the fake answers at once: no waiting
+            "TPUSERVE_TIME_SCALE": "0.001",  # retry pauses (Retry-After too) in milliseconds
             "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "TF_INPUT": "0",
             "TF_CLI_CONFIG_FILE": str(cli_config),
         }
@@ -284,6 +285,30 @@ def test_terraform_drives_the_queued_resource_lifecycle(flex, api, tmp_path) -> 
     assert writes(api)[-1] == "DELETE" and api.queued_resource(QR) is None
     assert tf.run("state", "list").stdout.strip() == ""
     assert all(r.authorized for r in api.requests)
+
+
+@pytest.mark.skipif(TERRAFORM is None, reason="the terraform CLI is not installed")
+def test_a_429_burst_while_terraform_creates_still_ends_in_one_active_qr(
+    flex, api, tmp_path
+) -> None:
+    _, base = flex["base"]
+    tf = Terraform(tmp_path, api)
+    tf.use(base)
+    tf.run("init", "-input=false")
+    # The plan's probe and the create's first look pass; then every status read is throttled
+    # more times than one read retries (with and without Retry-After), and a gateway page.
+    qr_path = f"/queuedResources/{QR.rsplit('/', 1)[1]}"
+    api.fail_next(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Read requests'",
+                  method="GET", path_contains=qr_path, times=4, retry_after="2", skip=2)
+    api.fail_next(429, "RESOURCE_EXHAUSTED", "Rate limited", method="GET",
+                  path_contains=qr_path, times=4)
+    api.html_next(502, method="GET", path_contains=qr_path)
+    _, done = tf.apply()
+    assert "1 added" in done.stdout and f"tpuserve: created {QR}" in done.stdout
+    assert writes(api) == ["POST"]  # one create, and nothing deleted: the position is kept
+    assert len(api.calls("GET", qr_path)) >= 2 + 4 + 4 + 1 + 1  # every fault was served
+    assert api.state_of(QR) == "ACTIVE" and len(api.queued_resources) == 1
+    assert tf.run("state", "list").stdout.split() == ["terraform_data.queued_resource"]
 
 
 def test_a_body_too_big_for_the_environment_is_refused_at_synth(

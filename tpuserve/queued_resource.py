@@ -14,6 +14,12 @@ and the entry point the flex stack's Terraform provisioners run:
 
 The QR name comes from --name or $TPUSERVE_QR_NAME (projects/P/locations/Z/queuedResources/ID).
 An error prints one line to stderr and exits 1 (bad input: 2); never a traceback.
+
+Transient faults never cost a queue position (issue 11): every call is retried by the API
+edge's policy (google_api.RetryPolicy) within the command's --timeout; a wait whose reads keep
+failing polls again (state UNREADABLE) until that timeout; and `create` deletes what it made
+only on a definitive outcome (FAILED/SUSPENDED, or the create operation refused the spec).
+Otherwise it leaves the QR in the queue and says so: the next deploy adopts it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,14 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from .google_api import CLOUD_PLATFORM_SCOPE, TPU_API, ApiError, GoogleApi
+from .google_api import (
+    CLOUD_PLATFORM_SCOPE,
+    CREATE_TRANSIENT_CODES,
+    TPU_API,
+    ApiError,
+    GoogleApi,
+    RetryPolicy,
+)
 from .node_metadata import node_metadata
 
 if TYPE_CHECKING:  # the provisioner path must not pay for pydantic
@@ -50,6 +63,12 @@ ALIVE_STATES = frozenset(
 ACCEPTED_OR_LATER = frozenset({"ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"})
 # Run duration over (SUSPENDING/SUSPENDED: the node is deleted) or never provisioned (FAILED).
 DEAD_STATES = frozenset({"SUSPENDING", "SUSPENDED", "FAILED"})
+KNOWN_STATES = ALIVE_STATES | DEAD_STATES | {"DELETING"}
+# Pseudo-state: the QR could not be read just now (transient errors outlasted their retries).
+UNREADABLE = "UNREADABLE"
+# A refused delete comes as 400, 409 or 412, with or without a status: the QR's own state, read
+# after the refusal, says whether waiting helps (issue 11).
+DELETE_REFUSAL_CODES = frozenset({400, 409, 412})
 
 DEFAULT_POLL_S = 5.0
 ACCEPT_TIMEOUT_S = 600.0
@@ -77,6 +96,25 @@ class QueuedResourceError(Exception):
 
 class WaitTimeout(QueuedResourceError):
     pass
+
+
+class UnknownState(QueuedResourceError):
+    """The QR reports a state this client does not know (e.g. STATE_UNSPECIFIED): it is left
+    alone, neither adopted as live nor replaced as dead."""
+
+    def __init__(self, qr: QueuedResource) -> None:
+        super().__init__(
+            f"queued resource {qr.name} reports state {qr.state} (unknown): it is left alone "
+            "-> check it with `python -m tpuserve.queued_resource describe`, and retry once it "
+            "reports a known state"
+        )
+
+
+class _Definitive(Exception):
+    """A create's definitive failure (FAILED, or the spec refused): what it made is removed."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
 
 class BodyError(ValueError):
@@ -403,10 +441,12 @@ class TpuClient(GoogleApi):
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        poll_interval: float = DEFAULT_POLL_S,
+        poll_interval: float = DEFAULT_POLL_S, policy: RetryPolicy | None = None,
+        rand: Callable[[], float] | None = None,
     ) -> None:
+        extra: dict[str, Any] = {"rand": rand} if rand is not None else {}
         super().__init__("tpu", TPU_API, session=session, root=root, environ=environ,
-                         sleep=sleep)
+                         sleep=sleep, clock=clock, policy=policy, **extra)
         self.clock = clock
         self.sleep = sleep
         self.poll_interval = poll_interval
@@ -441,6 +481,28 @@ class TpuClient(GoogleApi):
                            f"list queued resources in {parent}")
         return [QueuedResource.from_json(q) for q in items]
 
+    @contextlib.contextmanager
+    def _command(self, timeout: float) -> Iterator[float]:
+        """Retries inside this block end with the command's timeout; yields its start."""
+        start, outer = self.clock(), self.deadline
+        end = start + timeout
+        self.deadline = end if outer is None else min(outer, end)
+        try:
+            yield start
+        finally:
+            self.deadline = outer
+
+    def _poll(self, ref: QueuedResourceRef) -> tuple[QueuedResource | None, str]:
+        """One read of the QR for a wait loop: (QR or None, state). A read whose transient
+        errors outlasted their retries is UNREADABLE, not a verdict: the loop polls again."""
+        try:
+            qr = self.get_queued_resource(ref)
+        except ApiError as exc:
+            if not self.policy.is_transient(exc.code):
+                raise
+            return None, f"{UNREADABLE} ({exc.code} {exc.status})"
+        return qr, qr.state if qr else MISSING
+
     def create_queued_resource(
         self, ref: QueuedResourceRef, body: Mapping[str, Any], *,
         timeout: float = ACCEPT_TIMEOUT_S, on_progress: Progress | None = None,
@@ -449,47 +511,70 @@ class TpuClient(GoogleApi):
 
         Idempotent: a live QR with the same spec is adopted; a different one raises
         SpecMismatch naming the fields. A dead one (SUSPENDED, FAILED) holds the name and
-        quota, so it is deleted first; a DELETING one is waited out.
+        quota, so it is deleted first; a DELETING one is waited out; one in a state this
+        client does not know is left alone (UnknownState).
+
+        What this create made is deleted again only on a definitive outcome (the QR FAILED
+        or was SUSPENDED, or the create operation refused the spec); any other failure (a
+        timeout, reads that keep failing) leaves it, and the error says how to resume.
         """
         body = check_body(ref, dict(body))
         progress = on_progress or _no_progress
-        start = self.clock()
-        existing = self.get_queued_resource(ref)
-        if existing is not None and existing.state not in ALIVE_STATES:
-            self.delete_queued_resource(ref, timeout=timeout, on_progress=progress)
-            existing = None
-        op: dict[str, Any] = {}
-        if existing is None:
-            try:
-                op = self.request(
-                    "POST", f"{API_VERSION}/{ref.parent}/queuedResources",
-                    params={"queuedResourceId": ref.queued_resource_id}, body=body,
-                    action=f"create queued resource {ref.name}",
-                )
-            except ApiError as exc:
-                if exc.code != 409:
-                    raise
-                existing = self.get_queued_resource(ref)  # lost a race: judge what is there
-                if existing is None:
-                    raise
-        if existing is not None:
-            diffs = spec_differences(body, existing.raw)
-            if diffs:
-                raise SpecMismatch(ref.name, diffs)
-        remaining = max(0.0, timeout - (self.clock() - start))
-        try:
-            qr = self._wait_accepted(ref, op, remaining, progress)
-        except (ApiError, QueuedResourceError) as exc:
+        with self._command(timeout) as start:
+            existing = self.get_queued_resource(ref)
+            if existing is not None and existing.state not in KNOWN_STATES:
+                raise UnknownState(existing)
+            if existing is not None and existing.state not in ALIVE_STATES:
+                self.delete_queued_resource(ref, timeout=timeout, on_progress=progress)
+                existing = None
+            op: dict[str, Any] = {}
             if existing is None:
-                self._remove_failed_create(ref, exc, progress)
-            raise
+                try:
+                    # Retried on 5xx and resets: the id makes a repeat answer 409, judged below.
+                    op = self.request(
+                        "POST", f"{API_VERSION}/{ref.parent}/queuedResources",
+                        params={"queuedResourceId": ref.queued_resource_id}, body=body,
+                        action=f"create queued resource {ref.name}", idempotent=True,
+                        transient_codes=CREATE_TRANSIENT_CODES,
+                    )
+                except ApiError as exc:
+                    if exc.code != 409:
+                        raise
+                    ours = self.earlier_try_unanswered
+                    existing = self.get_queued_resource(ref)  # lost a race: judge what is there
+                    if existing is None:
+                        raise
+                    if ours:
+                        # An earlier try of this very POST may have acted (its answer was lost
+                        # or a 5xx): the QR is this create's own, cleanup included.
+                        existing = None
+            if existing is not None:
+                diffs = spec_differences(body, existing.raw)
+                if diffs:
+                    raise SpecMismatch(ref.name, diffs)
+            remaining = max(0.0, timeout - (self.clock() - start))
+            try:
+                qr = self._wait_accepted(ref, op, remaining, progress)
+            except _Definitive as failed:
+                if existing is None:
+                    self._remove_failed_create(ref, failed.error, progress)
+                raise failed.error from None
+            except (ApiError, QueuedResourceError) as exc:
+                if existing is None:
+                    exc.add_note(
+                        f"the queued resource {ref.name} was left in place (it keeps its place "
+                        "in the queue): deploy again (cdktf deploy flex) to adopt it, or delete "
+                        f"it with `python -m tpuserve.queued_resource delete --name {ref.name}`"
+                    )
+                raise
         return CreateResult(qr, adopted=existing is not None)
 
     def _remove_failed_create(
         self, ref: QueuedResourceRef, exc: Exception, progress: Progress
     ) -> None:
-        """Delete what a failed create made: Terraform skips destroy provisioners of a tainted
-        resource, so a QR left here could provision later and bill with nothing tracking it."""
+        """Delete what a definitively failed create made: Terraform skips destroy provisioners
+        of a tainted resource, so a QR left here could provision later and bill with nothing
+        tracking it."""
         try:
             if self.delete_queued_resource(ref, timeout=CLEANUP_TIMEOUT_S, on_progress=progress):
                 exc.add_note("the queued resource this create made was deleted again")
@@ -503,24 +588,36 @@ class TpuClient(GoogleApi):
         self, ref: QueuedResourceRef, op: Mapping[str, Any], timeout: float, progress: Progress
     ) -> QueuedResource:
         start = self.clock()
+        action = f"create queued resource {ref.name}"
         while True:
-            self._raise_if_failed_op(op, f"create queued resource {ref.name}")
-            qr = self.get_queued_resource(ref)
+            if op.get("done") and isinstance(op.get("error"), dict):
+                raise _Definitive(ApiError.from_status(op["error"], action=action,
+                                                       service="tpu"))
+            qr, state = self._poll(ref)
             elapsed = self.clock() - start
-            progress(qr.state if qr else MISSING, elapsed)
+            progress(state, elapsed)
             if qr is not None and qr.state in ACCEPTED_OR_LATER:
                 return qr
             if qr is not None and qr.state in DEAD_STATES:
-                raise QueuedResourceError(_dead_message(qr))
+                raise _Definitive(QueuedResourceError(_dead_message(qr)))
             if elapsed >= timeout:
                 raise WaitTimeout(
-                    f"queued resource {ref.name} is {qr.state if qr else MISSING} after "
-                    f"{elapsed:.0f} s, not ACCEPTED yet -> check it with `python -m "
-                    "tpuserve.queued_resource describe`, then deploy again (create is idempotent)"
+                    f"queued resource {ref.name} is {state} after {elapsed:.0f} s, not "
+                    "ACCEPTED yet -> check it with `python -m tpuserve.queued_resource "
+                    "describe`, then deploy again (create is idempotent)"
                 )
             self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
             if op.get("name") and not op.get("done"):
-                op = self.get_operation(str(op["name"]))
+                op = self._poll_operation(op)
+
+    def _poll_operation(self, op: Mapping[str, Any]) -> dict[str, Any]:
+        """The operation's next state; the last one known while reads fail transiently."""
+        try:
+            return self.get_operation(str(op["name"]))
+        except ApiError as exc:
+            if not self.policy.is_transient(exc.code):
+                raise
+            return dict(op)
 
     def _raise_if_failed_op(self, op: Mapping[str, Any], action: str) -> None:
         if op.get("done") and isinstance(op.get("error"), dict):
@@ -533,49 +630,60 @@ class TpuClient(GoogleApi):
         """Delete the QR (with force: its node first) and wait until it is gone.
 
         A missing QR is success (returns False: nothing was deleted). A QR in PROVISIONING
-        cannot be deleted (SPEC 2): wait, within `timeout`, and retry.
+        cannot be deleted (SPEC 2): a refused delete (400, 409 or 412, whatever its status
+        says) is retried within `timeout` while the QR, read again, is PROVISIONING.
         """
         progress = on_progress or _no_progress
-        start = self.clock()
-        op: dict[str, Any] = {}
-        refused = False
-        while True:
-            qr = self.get_queued_resource(ref)
-            elapsed = self.clock() - start
-            if qr is None:
-                progress(MISSING, elapsed)
-                return False
+        with self._command(timeout) as start:
+            op: dict[str, Any] = {}
+            refused = False
             waiting = (f"PROVISIONING (cannot be deleted until provisioning ends; retrying for "
                        f"up to {timeout:.0f} s)")
-            progress(waiting if refused and qr.state == "PROVISIONING" else qr.state, elapsed)
-            if qr.state == "DELETING":
-                break
-            try:
-                op = self.request(
-                    "DELETE", f"{API_VERSION}/{ref.name}",
-                    params={"force": "true"} if force else None,
-                    action=f"delete queued resource {ref.name}",
-                )
-                break
-            except ApiError as exc:
-                if exc.code == 404:
-                    progress(MISSING, self.clock() - start)
+            while True:
+                qr = self.get_queued_resource(ref)
+                elapsed = self.clock() - start
+                if qr is None:
+                    progress(MISSING, elapsed)
                     return False
-                if exc.status != "FAILED_PRECONDITION" or qr.state != "PROVISIONING":
-                    raise
-                if not refused:
-                    refused = True
-                    progress(waiting, elapsed)
-                if elapsed >= timeout:
-                    raise WaitTimeout(
-                        f"queued resource {ref.name} is still PROVISIONING after {elapsed:.0f} s "
-                        "and cannot be deleted until it finishes (SPEC 2) -> run the delete "
-                        "again in a few minutes (cdktf destroy flex)"
-                    ) from None
-                self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
-        remaining = max(0.0, timeout - (self.clock() - start))
-        self.wait_for_state(ref, {MISSING}, timeout=remaining, fail_states=(),
-                            on_progress=progress, operation=op)
+                progress(waiting if refused and qr.state == "PROVISIONING" else qr.state,
+                         elapsed)
+                if qr.state == "DELETING":
+                    break
+                try:
+                    op = self.request(
+                        "DELETE", f"{API_VERSION}/{ref.name}",
+                        params={"force": "true"} if force else None,
+                        action=f"delete queued resource {ref.name}",
+                    )
+                    break
+                except ApiError as exc:
+                    if exc.code == 404:
+                        progress(MISSING, self.clock() - start)
+                        return False
+                    if exc.code not in DELETE_REFUSAL_CODES:
+                        raise
+                    # The refusal's words vary; the QR's own state says whether to wait.
+                    now = self.get_queued_resource(ref)
+                    if now is None:
+                        progress(MISSING, self.clock() - start)
+                        return False
+                    if now.state == "DELETING":
+                        break
+                    if now.state != "PROVISIONING":
+                        raise
+                    if not refused:
+                        refused = True
+                        progress(waiting, elapsed)
+                    if elapsed >= timeout:
+                        raise WaitTimeout(
+                            f"queued resource {ref.name} is still PROVISIONING after "
+                            f"{elapsed:.0f} s and cannot be deleted until it finishes (SPEC 2) "
+                            "-> run the delete again in a few minutes (cdktf destroy flex)"
+                        ) from None
+                    self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
+            remaining = max(0.0, timeout - (self.clock() - start))
+            self.wait_for_state(ref, {MISSING}, timeout=remaining, fail_states=(),
+                                on_progress=progress, operation=op)
         return True
 
     def wait_for_state(
@@ -586,7 +694,8 @@ class TpuClient(GoogleApi):
         """Poll until the QR's state is in `targets` (MISSING = gone); return it (None if gone).
 
         `fail_states` (default: the dead states, and MISSING unless targeted) raise at once.
-        A done `operation` with an error raises it.
+        A done `operation` with an error raises it. Reads that fail transiently (after their
+        own retries) are polled again until `timeout`.
         """
         if fail_states is None:
             fail_states = DEAD_STATES | ({MISSING} - set(targets))
@@ -594,8 +703,7 @@ class TpuClient(GoogleApi):
         op = dict(operation or {})
         start = self.clock()
         while True:
-            qr = self.get_queued_resource(ref)
-            state = qr.state if qr else MISSING
+            qr, state = self._poll(ref)
             elapsed = self.clock() - start
             progress(state, elapsed)
             if state in targets:
@@ -614,7 +722,7 @@ class TpuClient(GoogleApi):
                 )
             self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
             if op.get("name") and not op.get("done"):
-                op = self.get_operation(str(op["name"]))
+                op = self._poll_operation(op)
 
     # -- operations
 
@@ -672,7 +780,7 @@ class TpuClient(GoogleApi):
         name = f"projects/{project}/locations/{zone}/nodes/{node_id}"
         data = self.request(
             "POST", f"{api_version}/{name}:getGuestAttributes", body={"queryPath": query_path},
-            action=f"get guest attributes of {name}",
+            action=f"get guest attributes of {name}", idempotent=True,  # a read, as a POST
         )
         out: dict[str, str] = {}
         for attrs in data.get("guestAttributes", []):
@@ -699,10 +807,16 @@ def probe(client: TpuClient, ref: QueuedResourceRef) -> dict[str, str]:
 
     A live QR answers with the generation label it was created with, so the plan is a no-op;
     a missing, SUSPENDED, FAILED or DELETING one answers with a new token, so Terraform plans
-    a replacement exactly when the QR is dead.
+    a replacement exactly when the QR is dead. A state this client does not know
+    (STATE_UNSPECIFIED) is not a reason to replace: the QR keeps its token, reported as
+    unknown; without a token to keep, the probe fails (UnknownState) rather than guess.
     """
     qr = client.get_queued_resource(ref)
     state = qr.state if qr else MISSING
+    if qr is not None and state not in KNOWN_STATES:
+        if not qr.generation:
+            raise UnknownState(qr)
+        return {"generation": qr.generation, "state": f"UNKNOWN ({state})"}
     if qr is not None and state in ALIVE_STATES and qr.generation:
         return {"generation": qr.generation, "state": state}
     return {"generation": new_generation(), "state": state}
@@ -789,7 +903,7 @@ def _run(
 ) -> int:
     try:
         client = TpuClient(environ=environ, poll_interval=_env_poll(environ))
-    except ValueError as exc:  # a malformed endpoint override
+    except ValueError as exc:  # a malformed endpoint override or TPUSERVE_TIME_SCALE
         raise _UsageError(str(exc)) from None
     if args.command == "probe":
         try:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from werkzeug import Request, Response
@@ -33,11 +35,68 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+# What Google's front end answers, instead of the API, when a backend is unreachable.
+FRONT_END_PAGE = ("<!DOCTYPE html><html lang=en><meta charset=utf-8><title>Error {code} "
+                  "({phrase})!!1</title><p><b>{code}.</b> <ins>That's an error.</ins><p>Please "
+                  "try again in 30 seconds. <ins>That's all we know.</ins>\n")
+
+
+def dropped() -> Response:
+    """A marker answer: LoopbackServer closes the connection without answering."""
+    response = Response("", 500)
+    response.drop = True  # type: ignore[attr-defined]
+    return response
+
+
+@dataclass
+class Fault:
+    """Answer the next `times` requests that `matches` accepts with `answer()` instead."""
+
+    matches: Callable[[Request], bool]
+    answer: Callable[[], Response]
+    times: int
+
+
+class FaultQueue:
+    """Faults a test queues for a fake: error bodies (with Retry-After), the front end's HTML
+    page, dropped connections. The fake asks `take(request)` first; None: answer normally."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+
+    def add(self, matches: Callable[[Request], bool], answer: Callable[[], Response],
+            times: int = 1) -> None:
+        with self._lock:
+            self._faults.append(Fault(matches, answer, times))
+
+    def html(self, matches: Callable[[Request], bool], code: int = 502, times: int = 1) -> None:
+        page = FRONT_END_PAGE.format(code=code, phrase=HTTPStatus(code).phrase)
+        self.add(matches, lambda: Response(page, code, mimetype="text/html"), times)
+
+    def drop(self, matches: Callable[[Request], bool], times: int = 1) -> None:
+        self.add(matches, dropped, times)
+
+    def take(self, request: Request) -> Response | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(request):
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self._faults.remove(fault)
+                    return fault.answer()
+        return None
+
+
+def any_request(_request: Request) -> bool:
+    return True
+
+
 class LoopbackServer:
     """A threaded werkzeug server on 127.0.0.1 (a free port) around one request handler.
 
     Shared by the boot fakes (metadata, Secret Manager, Cloud Storage). A 10 ms serve poll
-    keeps stop() fast.
+    keeps stop() fast. A handler's `dropped()` answer closes the connection unanswered.
     """
 
     def __init__(self, handler: Callable[[Request], Response]) -> None:
@@ -45,7 +104,13 @@ class LoopbackServer:
         self._server: Any = None
 
     def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
-        return self._handler(Request(environ))(environ, start_response)
+        response = self._handler(Request(environ))
+        if getattr(response, "drop", False):
+            # Shut, not closed: werkzeug's own writes then fail as a dropped peer, quietly.
+            environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
+            start_response("500 INTERNAL SERVER ERROR", [])
+            return []
+        return response(environ, start_response)
 
     def start(self) -> None:
         self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True,
@@ -87,6 +152,7 @@ class FakeMetadata:
         # GCE's default: guest attributes are off unless the instance metadata has
         # enable-guest-attributes=TRUE; the fake starts with them on.
         self.guest_attributes_enabled = True
+        self.faults = FaultQueue()  # e.g. faults.drop(lambda r: r.path == TOKEN_PATH)
         self._lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
 
@@ -112,6 +178,8 @@ class FakeMetadata:
             return [w for w in self.writes if w.namespace == namespace]
 
     def _handle(self, request: Request) -> Response:
+        if (fault := self.faults.take(request)) is not None:
+            return fault
         if request.headers.get("Metadata-Flavor") != "Google":
             return Response("Missing Metadata-Flavor:Google header.\n", 403, mimetype="text/html")
         if "X-Forwarded-For" in request.headers:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from werkzeug import Request, Response
 
-from .metadata import LoopbackServer
+from .metadata import FaultQueue, LoopbackServer
 from .storage import crc32c
 
 PROJECT_NUMBER = "123456789012"
@@ -48,6 +48,7 @@ class FakeSecretManager:
         self.secrets: dict[str, list[SecretVersion]] = {}
         self.calls: list[AccessCall] = []
         self.outage = False
+        self.faults = FaultQueue()  # front-end pages, dropped connections (see fail_next)
         self._lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
 
@@ -77,13 +78,27 @@ class FakeSecretManager:
         with self._lock:
             self.secrets[secret][version - 1].state = state
 
+    def fail_next(self, code: int, status: str, message: str, *, times: int = 1,
+                  retry_after: str | None = None) -> None:
+        """The next `times` accesses get this error ({"error": {"code", "message", "status"}}
+        with status "" left out), with Retry-After when given."""
+        def answer() -> Response:
+            response = _error(code, status, message)
+            if retry_after is not None:
+                response.headers["Retry-After"] = retry_after
+            return response
+
+        self.faults.add(lambda r: ":access" in r.path, answer, times)
+
     def calls_for(self, secret: str) -> list[AccessCall]:
         with self._lock:
             return [c for c in self.calls if c.secret == secret]
 
     def _handle(self, request: Request) -> Response:
         m = _ACCESS.fullmatch(request.path)
-        response = self._access(request, m) if m else _error(404, "NOT_FOUND", "Not Found")
+        response = self.faults.take(request)
+        if response is None:
+            response = self._access(request, m) if m else _error(404, "NOT_FOUND", "Not Found")
         with self._lock:
             self.calls.append(AccessCall(time.time(), m[2] if m else "", response.status_code))
         return response
@@ -140,5 +155,8 @@ class FakeSecretManager:
 
 
 def _error(code: int, status: str, message: str) -> Response:
-    body = {"error": {"code": code, "message": message, "status": status}}
+    error: dict[str, object] = {"code": code, "message": message}
+    if status:
+        error["status"] = status
+    body = {"error": error}
     return Response(json.dumps(body), code, mimetype="application/json")

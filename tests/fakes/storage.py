@@ -1,10 +1,18 @@
-"""A fake Cloud Storage JSON API on 127.0.0.1: media download, media upload and metadata patch
-of one bucket.
+"""A fake Cloud Storage JSON API on 127.0.0.1: media download, media and resumable upload and
+metadata patch of one bucket.
 
 Request shapes as documented:
   GET   /storage/v1/b/BUCKET/o/OBJECT?alt=media           (OBJECT percent-encoded: / is %2F)
   GET   /storage/v1/b/BUCKET/o/OBJECT                      (the object resource, JSON)
   POST  /upload/storage/v1/b/BUCKET/o?uploadType=media&name=OBJECT  (body: the content)
+  POST  /upload/storage/v1/b/BUCKET/o?uploadType=resumable&name=OBJECT  (opens a session: empty
+        body or the object's JSON metadata; optional X-Upload-Content-Type/-Length; answers 200
+        with the session URI in `Location`)
+  PUT   <session URI> (…&upload_id=ID), the bytes, with `Content-Range: bytes A-B/TOTAL` (TOTAL
+        may be *), or without one for the whole object; `bytes */TOTAL` asks for the status.
+        308 (Range: bytes=0-N) while incomplete; 200 and the object resource when complete.
+  Uploads take `ifGenerationMatch` (0: only if no live object), checked when the session opens
+  and when the object is finalized: 412 conditionNotMet otherwise.
   PATCH /storage/v1/b/BUCKET/o/OBJECT                      (objects.patch; Content-Type
         application/json; the body holds the fields to change: only `customTime`, an RFC 3339
         timestamp, is supported, any other field is refused)
@@ -27,12 +35,13 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from werkzeug import Request, Response
 
-from .metadata import LoopbackServer
+from .metadata import LoopbackServer, dropped
 
 _OBJECT_PATH = re.compile(r"/storage/v1/b/([^/]+)/o/([^/]+)")
 _UPLOAD_PATH = re.compile(r"/upload/storage/v1/b/([^/]+)/o")
@@ -94,8 +103,22 @@ class StorageCall:
     status: int
 
 
+@dataclass
+class _Session:
+    bucket: str
+    name: str
+    content_type: str
+    if_generation_match: int | None
+    data: bytearray = field(default_factory=bytearray)
+    declared_length: int | None = None
+
+
 class FakeStorage:
-    """One bucket. `objects[name]` is what is stored; failure knobs: `outage`, `download_delay`."""
+    """One bucket. `objects[name]` is what is stored. Failure knobs: `outage`,
+    `download_delay` (seconds before a GET answers), `download_stall` (a download sends half
+    its bytes, then nothing for that many seconds), `before_finalize` (called once, just before
+    an upload is finalized: another writer racing this one), `fail_next` (a queue of error
+    answers, with Retry-After or as the front end's HTML page)."""
 
     def __init__(self, *, bucket: str, access_token: str) -> None:
         self.bucket = bucket
@@ -104,6 +127,10 @@ class FakeStorage:
         self.calls: list[StorageCall] = []
         self.outage = False  # answer 503 backendError to everything
         self.download_delay = 0.0  # seconds before answering a GET (a storage timeout)
+        self.download_stall = 0.0  # a media download stops after half its bytes, this long
+        self.before_finalize: list[Callable[[], None]] = []  # each runs once, then is dropped
+        self._faults: list[tuple[str | None, int, str, str | None, list[int]]] = []
+        self._sessions: dict[str, _Session] = {}
         self._generation = 1_700_000_000_000_000
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # ends a delayed answer early: stop() stays fast
@@ -127,6 +154,38 @@ class FakeStorage:
             self._generation += 1
             self.objects[name] = StoredObject(data, self._generation, content_type)
 
+    def fail_next(self, code: int, reason: str = "backendError", *, kind: str | None = None,
+                  times: int = 1, retry_after: str | None = None, html: bool = False,
+                  drop: bool = False) -> None:
+        """The next `times` requests (of `kind`: "download", "upload", ...) get this error:
+        the JSON API's error body, with html=True the front end's HTML page, with drop=True
+        a connection closed without an answer."""
+        reason = "drop" if drop else "html" if html else reason
+        with self._lock:
+            self._faults.append((kind, code, reason, retry_after, [times]))
+
+    def _take_fault(self, kind: str) -> Response | None:
+        with self._lock:
+            for entry in self._faults:
+                want, code, reason, retry_after, left = entry
+                if want is None or want == kind:
+                    left[0] -= 1
+                    if left[0] <= 0:
+                        self._faults.remove(entry)
+                    break
+            else:
+                return None
+        if reason == "drop":
+            return dropped()
+        if reason == "html":
+            response = Response(f"<!DOCTYPE html><title>Error {code}</title><p>That's an error.",
+                                code, mimetype="text/html")
+        else:
+            response = _error(code, reason, f"fake storage: injected {reason}")
+        if retry_after is not None:
+            response.headers["Retry-After"] = retry_after
+        return response
+
     def calls_of(self, kind: str) -> list[StorageCall]:
         with self._lock:
             return [c for c in self.calls if c.kind == kind]
@@ -135,7 +194,11 @@ class FakeStorage:
     def _handle(self, request: Request) -> Response:
         if self.download_delay and request.method == "GET":
             self._stopping.wait(self.download_delay)
-        kind, name, response = self._route(request)
+        fault = self._take_fault(_kind_of(request))
+        if fault is not None:  # answered instead of the request: nothing happens
+            kind, name, response = _kind_of(request), request.args.get("name", ""), fault
+        else:
+            kind, name, response = self._route(request)
         with self._lock:
             self.calls.append(
                 StorageCall(time.time(), request.method, kind, name, response.status_code)
@@ -153,8 +216,13 @@ class FakeStorage:
         if self.outage:
             return "other", "", _error(503, "backendError", "Backend Error")
         if m := _UPLOAD_PATH.fullmatch(raw_path):
+            if request.method == "PUT" and "upload_id" in request.args:
+                return self._put_session(unquote(m[1]), request)
             if request.method != "POST":
                 return "other", "", _error(405, "methodNotAllowed", "Method Not Allowed")
+            if request.args.get("uploadType") == "resumable":
+                return ("upload_session", request.args.get("name", ""),
+                        self._open_session(unquote(m[1]), request))
             return "upload", request.args.get("name", ""), self._upload(unquote(m[1]), request)
         if m := _OBJECT_PATH.fullmatch(raw_path):
             # The object name is ONE path segment: a raw "/" in it would not match above.
@@ -190,7 +258,18 @@ class FakeStorage:
             "x-goog-hash": f"crc32c={_b64_crc(obj.data)},md5={_b64_md5(obj.data)}",
             "x-goog-generation": str(obj.generation),
             "x-goog-stored-content-length": str(len(obj.data)),
+            "Content-Length": str(len(obj.data)),
         }
+        if self.download_stall:
+            data, stall, stopping = obj.data, self.download_stall, self._stopping
+
+            def stalled() -> Iterator[bytes]:
+                yield data[: len(data) // 2]
+                stopping.wait(stall)  # bytes stop arriving; the client should give up
+                yield data[len(data) // 2:]
+
+            return Response(stalled(), 200, headers=headers, content_type=obj.content_type,
+                            direct_passthrough=True)
         return Response(obj.data, 200, headers=headers, content_type=obj.content_type)
 
     def _upload(self, bucket: str, request: Request) -> Response:
@@ -210,10 +289,115 @@ class FakeStorage:
         content_type = request.headers.get("Content-Type")
         if not content_type:
             return _error(400, "required", "Content-Type is required for a media upload")
-        self.put(name, request.get_data(), content_type)
+        match, err = _generation_match(request)
+        if err is not None:
+            return err
+        return self._finalize(name, request.get_data(), content_type, match)
+
+    def _finalize(self, name: str, data: bytes, content_type: str,
+                  if_generation_match: int | None) -> Response:
+        while self.before_finalize:
+            self.before_finalize.pop(0)()
         with self._lock:
+            if (err := self._precondition(name, if_generation_match)) is not None:
+                return err
+            self._generation += 1
+            self.objects[name] = StoredObject(data, self._generation, content_type)
             obj = self.objects[name]
-        return Response(json.dumps(self._resource(name, obj)), 200, mimetype="application/json")
+            resource = self._resource(name, obj)
+        return Response(json.dumps(resource), 200, mimetype="application/json")
+
+    def _precondition(self, name: str, if_generation_match: int | None) -> Response | None:
+        """ifGenerationMatch: 0 = no live object may exist; N = the live one is generation N."""
+        if if_generation_match is None:
+            return None
+        obj = self.objects.get(name)
+        current = obj.generation if obj is not None else 0
+        if current != if_generation_match:
+            return _error(412, "conditionNotMet",
+                          "At least one of the pre-conditions you specified did not hold.")
+        return None
+
+    def _open_session(self, bucket: str, request: Request) -> Response:
+        if err := self._bucket_error(bucket):
+            return err
+        name = request.args.get("name")
+        if not name:
+            return _error(400, "required", "Required")
+        match, err = _generation_match(request)
+        if err is not None:
+            return err
+        raw = request.get_data()
+        if raw:
+            if request.mimetype != "application/json":
+                return _error(400, "parseError", "Parse Error: the metadata must be JSON")
+            try:
+                meta = json.loads(raw)
+            except ValueError:
+                return _error(400, "parseError", "Parse Error")
+            if not isinstance(meta, dict):
+                return _error(400, "parseError", "Parse Error: expected a JSON object")
+        length = request.headers.get("X-Upload-Content-Length")
+        if length is not None and not length.isdigit():
+            return _error(400, "invalid", f"Invalid X-Upload-Content-Length: {length}")
+        with self._lock:
+            if (err := self._precondition(name, match)) is not None:
+                return err
+            upload_id = hashlib.sha256(f"{name}{time.time_ns()}".encode()).hexdigest()[:24]
+            self._sessions[upload_id] = _Session(
+                bucket, name, request.headers.get("X-Upload-Content-Type",
+                                                  "application/octet-stream"),
+                match, declared_length=int(length) if length else None)
+        location = (f"http://127.0.0.1:{self.server.port}/upload/storage/v1/b/{bucket}/o"
+                    f"?uploadType=resumable&name={quote(name, safe='')}&upload_id={upload_id}")
+        return Response("", 200, headers={"Location": location})
+
+    def _put_session(self, bucket: str, request: Request) -> tuple[str, str, Response]:
+        upload_id = request.args.get("upload_id", "")
+        with self._lock:
+            session = self._sessions.get(upload_id)
+        if session is None or session.bucket != bucket:
+            return "other", "", _error(404, "notFound", "No such upload session")
+        data = request.get_data()
+        header = request.headers.get("Content-Range")
+        total: int | None
+        if header is None:  # the whole object in one request
+            start, total = 0, len(data)
+            if session.data:
+                return "upload", session.name, _error(400, "invalid",
+                                                      "Content-Range is required")
+        elif m := re.fullmatch(r"bytes \*/(\d+|\*)", header):
+            if data:
+                return "upload", session.name, _error(400, "invalid", "Invalid Content-Range")
+            total = None if m[1] == "*" else int(m[1])
+            if total is not None and total == len(session.data):
+                return "upload", session.name, self._complete(upload_id, session)
+            return "upload", session.name, _incomplete(len(session.data))
+        elif m := re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", header):
+            start, end = int(m[1]), int(m[2])
+            total = None if m[3] == "*" else int(m[3])
+            if end < start or end - start + 1 != len(data) or start != len(session.data) or (
+                    total is not None and end >= total):
+                return "upload", session.name, _error(
+                    400, "invalid", f"Invalid Content-Range {header!r} for {len(data)} bytes "
+                    f"after {len(session.data)}")
+        else:
+            return "upload", session.name, _error(400, "invalid",
+                                                  f"Invalid Content-Range {header!r}")
+        session.data += data
+        if session.declared_length is not None and total is not None and (
+                total != session.declared_length):
+            return "upload", session.name, _error(
+                400, "invalid", "The upload length differs from X-Upload-Content-Length")
+        if total is not None and len(session.data) == total:
+            return "upload", session.name, self._complete(upload_id, session)
+        return "upload", session.name, _incomplete(len(session.data))
+
+    def _complete(self, upload_id: str, session: _Session) -> Response:
+        with self._lock:
+            self._sessions.pop(upload_id, None)
+        return self._finalize(session.name, bytes(session.data), session.content_type,
+                              session.if_generation_match)
 
     def _patch(self, bucket: str, name: str, request: Request) -> Response:
         if err := self._bucket_error(bucket):
@@ -271,6 +455,35 @@ class FakeStorage:
         if obj.custom_time is not None:
             resource["customTime"] = obj.custom_time
         return resource
+
+
+def _kind_of(request: Request) -> str:
+    """What a request is, as StorageCall.kind names it (no side effects)."""
+    raw_path = request.environ.get("RAW_URI", request.full_path).split("?", 1)[0]
+    if _UPLOAD_PATH.fullmatch(raw_path):
+        if request.method == "PUT":
+            return "upload"
+        return "upload_session" if request.args.get("uploadType") == "resumable" else "upload"
+    if _OBJECT_PATH.fullmatch(raw_path):
+        if request.method == "PATCH":
+            return "patch"
+        return "download" if request.args.get("alt") == "media" else "metadata"
+    return "other"
+
+
+def _generation_match(request: Request) -> tuple[int | None, Response | None]:
+    raw = request.args.get("ifGenerationMatch")
+    if raw is None:
+        return None, None
+    if not raw.isdigit():
+        return None, _error(400, "invalid", f"Invalid value for ifGenerationMatch: {raw}")
+    return int(raw), None
+
+
+def _incomplete(received: int) -> Response:
+    """308 Resume Incomplete, with the bytes persisted so far."""
+    headers = {"Range": f"bytes=0-{received - 1}"} if received else {}
+    return Response("", 308, headers=headers)
 
 
 def _parse_rfc3339(text: str) -> dt.datetime | None:

@@ -32,10 +32,12 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Self
 
 from werkzeug.serving import WSGIRequestHandler, make_server
@@ -50,7 +52,8 @@ CHAIN = {
     "ACTIVE": "SUSPENDING",
     "SUSPENDING": "SUSPENDED",
 }
-QR_STATES = frozenset(CHAIN) | {"SUSPENDED", "FAILED", "DELETING"}
+# STATE_UNSPECIFIED: the enum's zero value, which the API may report (tests set it by hand).
+QR_STATES = frozenset(CHAIN) | {"SUSPENDED", "FAILED", "DELETING", "STATE_UNSPECIFIED"}
 # Everything happens at once: a create is ACTIVE on the next request, a delete gone on the next.
 ZERO_DURATIONS: Mapping[str, float] = {
     "CREATING": 0, "ACCEPTED": 0, "WAITING_FOR_RESOURCES": 0, "PROVISIONING": 0,
@@ -116,11 +119,50 @@ _ID_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class ApiFault(Exception):
-    """Becomes the real API's error JSON."""
+    """Becomes the real API's error JSON ({"error": {"code", "message", "status"}}; `status`
+    left out when empty, as some front-end answers do), with Retry-After when given."""
 
-    def __init__(self, code: int, status: str, message: str) -> None:
+    def __init__(self, code: int, status: str, message: str, *,
+                 retry_after: str | None = None) -> None:
         super().__init__(message)
         self.code, self.status, self.message = code, status, message
+        self.retry_after = retry_after
+
+    def response(self) -> Response:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.status:
+            error["status"] = self.status
+        headers = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
+        return Response(json.dumps({"error": error}), self.code, headers=headers,
+                        mimetype="application/json")
+
+
+# What Google's front end (not the API) answers when a backend is unreachable: an HTML page.
+HTML_ERROR_PAGE = """<!DOCTYPE html>
+<html lang=en><meta charset=utf-8><title>Error {code} ({phrase})!!1</title>
+<p><b>{code}.</b> <ins>That's an error.</ins><p>The server encountered a temporary error and
+could not complete your request.<p>Please try again in 30 seconds. <ins>That's all we know.</ins>
+"""
+
+
+@dataclass
+class Fault:
+    """One entry of the fault queue: what the next `times` matching requests get instead of an
+    answer. kind: "error" (the API's error JSON), "html" (the front end's HTML page), "drop"
+    (the connection is closed without an answer) or "stall" (the answer starts, then no byte
+    comes for `seconds`)."""
+
+    kind: str
+    method: str | None
+    path_contains: str | None
+    times: int
+    error: ApiFault | None = None
+    seconds: float = 0.0
+    skip: int = 0  # matching requests answered normally before this fault starts
+
+    def matches(self, request: Request) -> bool:
+        return (self.method is None or self.method == request.method) and (
+            self.path_contains is None or self.path_contains in request.path)
 
 
 def _invalid(message: str) -> ApiFault:
@@ -351,8 +393,12 @@ class FakeTpuApi:
         self.queued_resources: dict[str, _QueuedResource] = {}
         self.nodes: dict[str, _Node] = {}
         self.operations: dict[str, _Operation] = {}
-        self._faults: list[tuple[str | None, str | None, ApiFault, list[int]]] = []
+        self._faults: list[Fault] = []
+        self._stopping = threading.Event()  # ends a stall early: stop() stays fast
         self._create_errors: list[dict[str, Any]] = []
+        # How a delete of a PROVISIONING QR is refused: (HTTP code, status; "" = no status
+        # field). The docs promise no exact shape: 400, 409 and 412 have all been seen.
+        self.provisioning_delete_refusal: tuple[int, str] = (400, "FAILED_PRECONDITION")
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._server: Any = None
@@ -370,6 +416,7 @@ class FakeTpuApi:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -477,12 +524,36 @@ class FakeTpuApi:
 
     def fail_next(
         self, code: int, status: str, message: str, *, method: str | None = None,
-        path_contains: str | None = None, times: int = 1,
+        path_contains: str | None = None, times: int = 1, retry_after: str | None = None,
+        skip: int = 0,
     ) -> None:
-        """The next `times` matching requests get this error instead of an answer."""
+        """The next `times` matching requests (after `skip` answered ones) get this error
+        instead of an answer (status "" leaves the JSON's status field out; retry_after adds
+        the Retry-After header)."""
+        self._queue(Fault("error", method, path_contains, times,
+                          ApiFault(code, status, message, retry_after=retry_after), skip=skip))
+
+    def html_next(self, code: int = 502, *, method: str | None = None,
+                  path_contains: str | None = None, times: int = 1) -> None:
+        """The next matching requests get the front end's HTML error page (text/html)."""
+        self._queue(Fault("html", method, path_contains, times, ApiFault(code, "", "")))
+
+    def drop_next(self, *, method: str | None = None, path_contains: str | None = None,
+                  times: int = 1) -> None:
+        """The next matching requests take effect, then see their connection closed without
+        an answer (a reset after the server acted: a create that did happen, unknown to its
+        caller)."""
+        self._queue(Fault("drop", method, path_contains, times))
+
+    def stall_next(self, seconds: float, *, method: str | None = None,
+                   path_contains: str | None = None, times: int = 1) -> None:
+        """The next matching answers send their status line and headers, then nothing for
+        `seconds` (a client's read timeout fires first), then the rest."""
+        self._queue(Fault("stall", method, path_contains, times, seconds=seconds))
+
+    def _queue(self, fault: Fault) -> None:
         with self._lock:
-            self._faults.append((method, path_contains, ApiFault(code, status, message),
-                                 [times]))
+            self._faults.append(fault)
 
     def fail_next_create_operation(self, code: int, message: str) -> None:
         """The next create is accepted but its operation ends with this google.rpc error."""
@@ -590,6 +661,22 @@ class FakeTpuApi:
         request = Request(environ)
         with self._lock:
             response = self._handle(request)
+            fault = getattr(response, "fault", None)
+        if fault is not None and fault.kind == "drop":
+            # Shut, not closed: werkzeug's own writes then fail as a dropped peer, quietly.
+            environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
+            start_response("500 INTERNAL SERVER ERROR", [])
+            return []
+        if fault is not None and fault.kind == "stall":
+            start_response(f"{response.status}", list(response.headers.items()))
+            data = response.get_data()
+
+            def slow() -> Iterator[bytes]:
+                yield data[:1]  # the first byte, then silence (outside the lock)
+                self._stopping.wait(fault.seconds)
+                yield data[1:]
+
+            return slow()
         return response(environ, start_response)
 
     def _handle(self, request: Request) -> Response:
@@ -611,7 +698,25 @@ class FakeTpuApi:
                     "Request is missing required authentication credential. Expected OAuth 2 "
                     "access token, login cookie or other valid authentication credential.",
                 )
-            self._inject_fault(request)
+            fault = self._take_fault(request)
+            if fault is not None and fault.kind == "error":
+                assert fault.error is not None
+                raise fault.error
+            if fault is not None and fault.kind == "html":
+                assert fault.error is not None
+                code = fault.error.code
+                page = HTML_ERROR_PAGE.format(code=code, phrase=HTTPStatus(code).phrase)
+                return Response(page, code, mimetype="text/html")
+            if fault is not None:  # drop or stall: done by _wsgi, outside the lock
+                answer = self._answer(request, body)
+                answer.fault = fault  # type: ignore[attr-defined]
+                return answer
+            return self._answer(request, body)
+        except ApiFault as fault:
+            return fault.response()
+
+    def _answer(self, request: Request, body: Any) -> Response:
+        try:
             if body is ValueError:
                 raise _invalid("Invalid JSON payload received.")
             self._tick()
@@ -624,22 +729,19 @@ class FakeTpuApi:
             raise ApiFault(404, "NOT_FOUND",
                            f"Method not found: {request.method} {request.path}")
         except ApiFault as fault:
-            return Response(
-                json.dumps({"error": {"code": fault.code, "message": fault.message,
-                                      "status": fault.status}}),
-                fault.code, mimetype="application/json",
-            )
+            return fault.response()
 
-    def _inject_fault(self, request: Request) -> None:
-        for entry in list(self._faults):
-            method, fragment, fault, left = entry
-            if (method is None or method == request.method) and (
-                fragment is None or fragment in request.path
-            ):
-                left[0] -= 1
-                if left[0] <= 0:
-                    self._faults.remove(entry)
-                raise fault
+    def _take_fault(self, request: Request) -> Fault | None:
+        for fault in self._faults:
+            if fault.matches(request):
+                if fault.skip > 0:
+                    fault.skip -= 1
+                    return None
+                fault.times -= 1
+                if fault.times <= 0:
+                    self._faults.remove(fault)
+                return fault
+        return None
 
     @staticmethod
     def _check_query(handler: str, request: Request) -> None:
@@ -759,7 +861,8 @@ class FakeTpuApi:
             raise _invalid(f'Invalid value at \'force\' (TYPE_BOOL), "{force}"')
         record = self._existing_qr(g)
         if record.state == "PROVISIONING":
-            raise ApiFault(400, "FAILED_PRECONDITION",
+            code, status = self.provisioning_delete_refusal
+            raise ApiFault(code, status,
                            f"Cannot delete queued resource '{record.name}' in state "
                            "PROVISIONING; retry once provisioning finishes.")
         if force != "true" and any(n in self.nodes for n in record.node_names):

@@ -1,8 +1,9 @@
 """`recover`: bring a lost stack back by deleting what is dead and re-running its deployment.
 
 Terraform stays the one engine that creates infrastructure: recovery only deletes (a PREEMPTED
-spot node through the TPU API; a SUSPENDED or FAILED flex queued resource with force) and then
-runs the stack's own deployment (`npx cdktf deploy STACK --auto-approve`), which recreates it.
+or TERMINATED spot node through the TPU API; a SUSPENDED or FAILED flex queued resource with
+force) and then runs the stack's own deployment (`npx cdktf deploy STACK --auto-approve`), which
+recreates it.
 Bounded retries with backoff; every step is logged through a callback.
 
 Spot and on-demand nodes: recovery then re-arms the billing guard (a Cloud Tasks task at the

@@ -11,7 +11,13 @@ import httpx
 
 from tpuserve.config import Deployment, parse_duration
 from tpuserve.planner import cost_for_hours
-from tpuserve.queued_resource import DEAD_STATES, MISSING, QueuedResource, ref_for
+from tpuserve.queued_resource import (
+    DEAD_STATES,
+    KNOWN_STATES,
+    MISSING,
+    QueuedResource,
+    ref_for,
+)
 
 from . import server, tls
 from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time
@@ -20,7 +26,9 @@ from .tpu_nodes import NodeView
 
 # Node states that end a node's life: only a new node (a redeploy) brings the server back.
 LOST_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING"})
-RECOVERABLE_NODE_STATES = frozenset({"PREEMPTED"})  # spot: issue 5's recover
+# Spot: issue 5's recover deletes and redeploys. A TERMINATED spot VM cannot be started again,
+# so it is recovered the same way as a PREEMPTED one (issue 11).
+RECOVERABLE_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED"})
 RECOVERABLE_QR_STATES = frozenset({"SUSPENDED", "FAILED"})  # flex: issue 5's recover
 HEALTH_TIMEOUT_S = 5.0
 
@@ -136,6 +144,11 @@ class StackStatus:
             why = f": {self.qr.failure}" if self.qr.failure else ""
             out.append(
                 f"queued resource {self.qr.state}{why}; `tpuserve recover {name}` replaces it"
+            )
+        if self.is_flex and self.qr is not None and self.qr.state not in KNOWN_STATES:
+            out.append(
+                f"queued resource state unknown ({self.qr.state}): neither live nor dead as "
+                "far as tpuserve can tell; nothing is replaced; check again in a minute"
             )
         if self.node is not None and self.node.state in LOST_NODE_STATES:
             hint = (f"`tpuserve recover {name}` deletes it and redeploys"

@@ -3,23 +3,38 @@
 REST, not gRPC, so gcloud's `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` can point it at any root
 (a fake on 127.0.0.1 in tests); credentials follow tpuserve.google_api (the
 `CLOUDSDK_AUTH_ACCESS_TOKEN` bearer token, else Application Default Credentials). Every API
-failure becomes google_api.ApiError: one line with the status, the message and what to do.
+failure becomes google_api.ApiError: one line with the status, the message and what to do,
+rendered by the same code as the REST path's. Transient failures are retried by the REST
+path's policy and loop (google_api.RetryPolicy, call_with_retry): one policy for both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tpuserve.config import Deployment
-from tpuserve.google_api import TPU_API, ApiError, CredentialsError, api_root, credentials
+from tpuserve.google_api import (
+    TOKEN_ENV,
+    TPU_API,
+    ApiError,
+    CredentialsError,
+    RetryPolicy,
+    Transient,
+    api_root,
+    call_with_retry,
+    credentials,
+    retry_after_seconds,
+)
 
-# One API call's deadline; callers poll, so a slow answer is retried by the caller's loop.
+# One API call's deadline; transient failures are retried by the policy (RetryPolicy).
 CALL_TIMEOUT_S = 30.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,33 +73,65 @@ def make_client(environ: Mapping[str, str] | None = None) -> Any:
     )
 
 
+def _transient(exc: Exception, policy: RetryPolicy) -> Transient | None:
+    """The REST path's rule for google-api-core / transport exceptions."""
+    from google.api_core import exceptions as gexc
+
+    if isinstance(exc, gexc.GoogleAPICallError):
+        code = exc.code if isinstance(exc.code, int) else 0
+        if not policy.is_transient(code):
+            return None
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        return Transient(retry_after_seconds(headers.get("Retry-After")))
+    if isinstance(exc, OSError):  # requests' ConnectionError and Timeout are OSErrors
+        return Transient()
+    return None
+
+
 @contextmanager
-def api_errors(action: str) -> Iterator[None]:
+def api_errors(action: str, environ: Mapping[str, str] | None = None) -> Iterator[None]:
     """google-api-core and transport exceptions -> ApiError (one line, with a hint)."""
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_exc
 
+    env = os.environ if environ is None else environ
+    token_in_env = bool(env.get(TOKEN_ENV, "").strip())
     try:
         yield
     except gexc.GoogleAPICallError as exc:
         code = int(exc.code or 0) if isinstance(exc.code, int) else 0
         status = exc.grpc_status_code.name if exc.grpc_status_code else ""
-        message = exc.message or str(exc)
-        # REST errors carry the API's own JSON: prefer its status and message over
-        # api-core's "GET <url>: ..." rendering.
-        try:
-            err = exc.response.json().get("error", {})  # type: ignore[union-attr]
-            status = str(err.get("status") or status)
-            message = str(err.get("message") or message)
-        except (AttributeError, ValueError, TypeError):
-            pass
-        raise ApiError(code, status or "UNKNOWN", message, action=action,
-                       service="tpu") from None
+        message, body, content_type, reason, retry_after = "", "", "", "", None
+        # REST errors carry the API's own JSON: its status and message, never api-core's
+        # "GET <url>: ..." rendering; an HTML page from the front end is rendered like the
+        # REST path renders it (its HTTP status and name).
+        response = getattr(exc, "response", None)
+        if response is not None:
+            body = str(getattr(response, "text", "") or "")
+            headers = getattr(response, "headers", None) or {}
+            content_type = str(headers.get("Content-Type", ""))
+            reason = str(getattr(response, "reason", "") or "")
+            retry_after = retry_after_seconds(headers.get("Retry-After"))
+            try:
+                err = response.json().get("error", {})
+                status = str(err.get("status") or "")
+                message = str(err.get("message") or "")
+            except (AttributeError, ValueError, TypeError):
+                status = ""
+        elif exc.message:
+            message = exc.message
+        raise ApiError.from_parts(
+            code, status, message, body=body, reason=reason, content_type=content_type,
+            action=action, service="tpu", token_in_env=token_in_env, retry_after=retry_after,
+        ) from None
     except auth_exc.GoogleAuthError as exc:
+        if token_in_env:  # a refused bearer token: google-auth cannot refresh it
+            raise ApiError(401, "UNAUTHENTICATED", "the access token was refused",
+                           action=action, service="tpu", token_in_env=True) from None
         raise CredentialsError(f"{action}: {exc}") from None
     except (OSError, ValueError) as exc:
         # requests' ConnectionError is an OSError; a garbled body surfaces as ValueError.
-        raise ApiError(0, "UNAVAILABLE", f"{type(exc).__name__}: {exc}", action=action,
+        raise ApiError(0, "UNAVAILABLE", type(exc).__name__, action=action,
                        service="tpu") from None
 
 
@@ -109,9 +156,18 @@ def _view(node: Any) -> NodeView:
 class NodeApi:
     """The node calls the CLI makes, on one TpuClient (make_client) built on first use."""
 
-    def __init__(self, client_factory: Callable[[], Any] = make_client) -> None:
+    def __init__(
+        self, client_factory: Callable[[], Any] = make_client, *,
+        policy: RetryPolicy | None = None, environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._factory = client_factory
         self._client: Any = None
+        self._environ = environ
+        self.policy = policy or RetryPolicy.from_env(environ)
+        self._clock = clock
+        self._sleep = sleep
 
     @property
     def client(self) -> Any:
@@ -119,20 +175,22 @@ class NodeApi:
             self._client = self._factory()
         return self._client
 
+    def _call(self, action: str, fn: Callable[[], T]) -> T:
+        """One API call through the shared retry loop; failures as one-line ApiErrors."""
+        with api_errors(action, self._environ):
+            return call_with_retry(fn, lambda exc: _transient(exc, self.policy),
+                                   policy=self.policy, clock=self._clock, sleep=self._sleep)
+
     def get(self, d: Deployment) -> NodeView | None:
         """The stack's node, or None when it does not exist."""
-        from google.api_core import exceptions as gexc
-
         name = node_path(d)
         try:
-            with api_errors(f"get node {name}"):
-                node = self.client.get_node(name=name, retry=None, timeout=CALL_TIMEOUT_S)
+            node = self._call(f"get node {name}", lambda: self.client.get_node(
+                name=name, retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
             if exc.code == 404:
                 return None
             raise
-        except gexc.NotFound:  # pragma: no cover - api_errors converts it first
-            return None
         return _view(node)
 
     def guest_attributes(self, d: Deployment, namespace: str) -> dict[str, str]:
@@ -140,11 +198,10 @@ class NodeApi:
         answers NOT_FOUND for an empty namespace, and refuses while the VM is not up)."""
         name = node_path(d)
         try:
-            with api_errors(f"get guest attributes of {name}"):
-                resp = self.client.get_guest_attributes(
-                    request={"name": name, "query_path": f"{namespace}/"},
-                    retry=None, timeout=CALL_TIMEOUT_S,
-                )
+            resp = self._call(f"get guest attributes of {name}",
+                              lambda: self.client.get_guest_attributes(
+                                  request={"name": name, "query_path": f"{namespace}/"},
+                                  retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
             if exc.code in (404, 400) or exc.status in ("NOT_FOUND", "FAILED_PRECONDITION"):
                 return {}
@@ -158,11 +215,11 @@ class NodeApi:
 
     def delete(self, d: Deployment) -> bool:
         """Ask for the node's deletion (the caller polls `get` until it is gone, on its own
-        clock); False when it was already gone."""
+        clock); False when it was already gone. A delete is idempotent: retried like a read."""
         name = node_path(d)
         try:
-            with api_errors(f"delete node {name}"):
-                self.client.delete_node(name=name, retry=None, timeout=CALL_TIMEOUT_S)
+            self._call(f"delete node {name}", lambda: self.client.delete_node(
+                name=name, retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
             if exc.code == 404:
                 return False

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from tpuserve.config import Deployment
-from tpuserve.queued_resource import ALIVE_STATES, MISSING, ref_for
+from tpuserve.queued_resource import ALIVE_STATES, KNOWN_STATES, MISSING, ref_for
 
 from . import server, tls
 from .boot_phases import NAMESPACE, parse_boot
@@ -114,7 +114,9 @@ def wait_for_stack(
                     PHASE_QR, f"{name}: no queued resource {ref_for(d).name}",
                     hint=f"deploy it first: npx cdktf deploy {name}",
                 )
-            if state not in ALIVE_STATES:
+            if state not in KNOWN_STATES:  # STATE_UNSPECIFIED: unknown, not dead: keep polling
+                state = f"UNKNOWN ({state})"
+            elif state not in ALIVE_STATES:
                 why = f": {qr.failure}" if qr.failure else ""
                 raise WaitFailed(
                     PHASE_QR, f"{name}: queued resource is {state}{why}",
