@@ -169,3 +169,21 @@ def test_synth_path_holds_only_the_programs_synth_runs(tmp_path: Path) -> None:
     assert env["PATH"].split(":") == ["/opt/node/bin", str(bindir), "/usr/bin", "/bin"]
     assert env["HOME"] == str(tmp_path / "out-home")
     assert env["JSII_RUNTIME_PACKAGE_CACHE_ROOT"] == "/home/u/.cache/aws/jsii/package-cache"
+
+
+def test_head_synth_is_read_not_run(tmp_path: Path) -> None:
+    """The PR workflow hands HEAD's synthesis in: HEAD's main.py does not run at all."""
+    report = tmp_path / "report.json"
+    base, head = hunter_repo(tmp_path / "repo", report)
+    given = tmp_path / "pr-synth" / "stacks"
+    (given / "spot").mkdir(parents=True)
+    doc = {"resource": {"terraform_data": {"x": {"input": "from the synth job"}}}}
+    (given / "spot" / "cdk.tf.json").write_text(json.dumps(doc))
+    (given / "linked").symlink_to(given / "spot")  # links are not followed
+    result = review(base, head, project_dir=tmp_path / "repo",
+                    head_synthesis=tmp_path / "pr-synth")
+    assert report.exists() and not Path(str(report) + ".head").exists()
+    assert result.head_synth_error is None and result.base_synth_error
+    assert [s.name for s in result.stacks] == ["spot"]
+    [added] = result.stack("spot").resources
+    assert (added.address, added.action) == ("terraform_data.x", "added")

@@ -934,16 +934,38 @@ def synthesize(project: Path, outdir: Path, *, config: Path | None = None,
                               text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return Synthesis({}, f"synth timed out after {timeout_s:.0f} s")
-    stacks_dir = outdir / "stacks"
-    if proc.returncode != 0 or not stacks_dir.is_dir():
+    if proc.returncode != 0 or not (outdir / "stacks").is_dir():
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:]) or f"exit {proc.returncode}"
         return Synthesis({}, redact(tail))
-    result = Synthesis({
-        p.name: json.loads((p / "cdk.tf.json").read_text())
-        for p in sorted(stacks_dir.iterdir()) if (p / "cdk.tf.json").is_file()
-    })
+    result = read_synthesis(outdir)
     _SYNTH_MEMO[key] = result
     return result
+
+
+# A synthesized stack is ~60 KB; a directory handed in (`--head-synth`) is untrusted data.
+MAX_STACK_BYTES = 50 << 20
+
+
+def read_synthesis(outdir: Path) -> Synthesis:
+    """Every outdir/stacks/NAME/cdk.tf.json (links not followed), or why they cannot be read."""
+    stacks_dir = outdir / "stacks"
+    if not stacks_dir.is_dir():
+        return Synthesis({}, f"{stacks_dir}: no synthesized stacks")
+    out: dict[str, Mapping[str, Any]] = {}
+    for p in sorted(stacks_dir.iterdir()):
+        doc = p / "cdk.tf.json"
+        if p.is_symlink() or doc.is_symlink() or not doc.is_file():
+            continue
+        try:
+            if doc.stat().st_size > MAX_STACK_BYTES:
+                raise ValueError(f"over {MAX_STACK_BYTES:,} bytes")
+            value = json.loads(doc.read_text())
+        except (OSError, ValueError, RecursionError) as exc:
+            return Synthesis({}, f"{doc}: {' '.join(str(exc).split())[:200]}")
+        if not isinstance(value, dict):
+            return Synthesis({}, f"{doc}: not a JSON object")
+        out[p.name] = value
+    return Synthesis(out)
 
 
 # --------------------------------------------------------------------------- I/O: config
@@ -1021,8 +1043,14 @@ def review(
     project_dir: Path | None = None,
     config: Path | None = None,
     attachments: Sequence[tuple[str, str]] = (),
+    head_synthesis: Path | None = None,
 ) -> Review:
-    """Review BASE against HEAD (a commit, or None for the working tree) of the project."""
+    """Review BASE against HEAD (a commit, or None for the working tree) of the project.
+
+    `head_synthesis`: a cdktf output directory to use as HEAD's Terraform instead of running
+    HEAD's main.py here (the PR workflow synthesizes the PR in a job of its own, so the job
+    that writes the review runs no PR code).
+    """
     project = (project_dir or Path.cwd()).resolve()
     top, prefix = project_location(project)
     revisions = [(base, resolve_commit(top, base))]
@@ -1039,8 +1067,11 @@ def review(
                     trees.append(tree / prefix)
             with ThreadPoolExecutor(max_workers=2) as pool:  # the two synths run side by side
                 futures = [pool.submit(synthesize, tree, workdir / f"out{i}", config=config)
-                           for i, tree in enumerate(trees)]
+                           for i, tree in enumerate(trees)
+                           if i == 0 or head_synthesis is None]
                 syntheses = [f.result() for f in futures]
+            if head_synthesis is not None:
+                syntheses.append(read_synthesis(head_synthesis))
             env = config_environ(config)
             facts = [
                 RevisionFacts(label, commit, synthesis, config_facts(tree, env))
