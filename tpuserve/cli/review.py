@@ -43,7 +43,7 @@ def review_command(
         "--repo", help="The project directory (where main.py is); default: the current one.",
         file_okay=False, exists=True, show_default=False)] = None,
     attach: Annotated[list[str] | None, typer.Option(
-        "--attach", help="TITLE=FILE: append FILE (e.g. `cdktf diff` output) in a collapsed, "
+        "--attach", help="TITLE=FILE: append FILE (e.g. `terraform plan` output) in a collapsed, "
         "redacted block. Repeatable.", show_default=False)] = None,
     head_synth: Annotated[Path | None, typer.Option(
         "--head-synth", help="A cdktf output directory (stacks/NAME/cdk.tf.json) to use as "
