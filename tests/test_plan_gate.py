@@ -151,6 +151,11 @@ def test_gate_writes_passing_stacks_and_reports_the_rest(
     evil["data"]["external"]["qr_probe"]["program"] = ["sh", "-c", "env"]
     (pr / "stacks" / "flex" / "cdk.tf.json").write_text(json.dumps(evil))
     (pr / "stacks" / "brand-new" / "cdk.tf.json").write_text(json.dumps({}))
+    # A second "data" key: json.loads would keep only the last, Terraform reads both.
+    (pr / "stacks" / "ondemand-dup").mkdir()
+    spot = (synth_dir / "stacks" / "spot" / "cdk.tf.json").read_text()
+    (pr / "stacks" / "ondemand-dup" / "cdk.tf.json").write_text(
+        spot[:-1] + ', "data": {"external": {"x": {"program": ["env"]}}}, "data": {}}')
     # A link and a name cdktf never writes are not stacks.
     (pr / "stacks" / "ondemand").symlink_to(synth_dir / "stacks" / "ondemand")
     (pr / "stacks" / "Bad..name").mkdir()
@@ -159,6 +164,8 @@ def test_gate_writes_passing_stacks_and_reports_the_rest(
     assert sorted(p.name for p in (gated / "stacks").iterdir()) == ["spot"]
     assert json.loads((gated / "stacks" / "spot" / "cdk.tf.json").read_text()) == json.loads(
         (synth_dir / "stacks" / "spot" / "cdk.tf.json").read_text())
-    assert sorted(p.name for p in reports.iterdir()) == ["brand-new.txt", "flex.txt"]
+    assert sorted(p.name for p in reports.iterdir()) == [
+        "brand-new.txt", "flex.txt", "ondemand-dup.txt"]
+    assert "duplicate key 'data'" in (reports / "ondemand-dup.txt").read_text()
     assert "data.external.qr_probe: its program" in (reports / "flex.txt").read_text()
     assert "the base branch does not have" in (reports / "brand-new.txt").read_text()

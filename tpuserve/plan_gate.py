@@ -142,10 +142,21 @@ def problems(pr: Any, base: Mapping[str, Any], base_all: list[Mapping[str, Any]]
     return out
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """object_pairs_hook: Terraform reads every duplicate block key, json keeps the last one,
+    so a duplicate could hide a second `data` or `provider` from the checks: refuse it."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def _read(path: Path) -> Any:
     if path.stat().st_size > MAX_DOC_BYTES:
         raise ValueError(f"over {MAX_DOC_BYTES:,} bytes")
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(), object_pairs_hook=unique_keys)
 
 
 def _stacks(outdir: Path) -> dict[str, Path]:
@@ -174,6 +185,7 @@ def gate(base_out: Path, pr_out: Path, gated_out: Path, reports: Path) -> dict[s
         else:
             result[name] = problems(doc, base[name], list(base.values()))
         if not result[name]:
+            # Written from what was checked (not copied), so Terraform reads exactly that.
             (gated_out / "stacks" / name).mkdir(parents=True, exist_ok=True)
             (gated_out / "stacks" / name / "cdk.tf.json").write_text(json.dumps(doc))
     reports.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,7 @@ from .config import (
     load_raw,
 )
 from .flag_rules import MODEL_ARG, rule_for
+from .plan_gate import unique_keys
 from .planner import COLD_START_S, WARM_START_S, GiB, Plan
 from .startup import vllm_command
 from .vllm_args import compile_cache_key, container_env
@@ -959,7 +960,7 @@ def read_synthesis(outdir: Path) -> Synthesis:
         try:
             if doc.stat().st_size > MAX_STACK_BYTES:
                 raise ValueError(f"over {MAX_STACK_BYTES:,} bytes")
-            value = json.loads(doc.read_text())
+            value = json.loads(doc.read_text(), object_pairs_hook=unique_keys)
         except (OSError, ValueError, RecursionError) as exc:
             return Synthesis({}, f"{doc}: {' '.join(str(exc).split())[:200]}")
         if not isinstance(value, dict):
