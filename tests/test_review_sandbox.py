@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
+from tpuserve.cli import review as review_cli
 from tpuserve.review import review, synth_env
 
 CANARY = "canaryCREDENTIAL7c1e"
@@ -187,3 +190,13 @@ def test_head_synth_is_read_not_run(tmp_path: Path) -> None:
     assert [s.name for s in result.stacks] == ["spot"]
     [added] = result.stack("spot").resources
     assert (added.address, added.action) == ("terraform_data.x", "added")
+    # The same through the command line.
+    app = typer.Typer()
+    review_cli.register(app)
+    app.command("noop", hidden=True)(lambda: None)
+    out = CliRunner().invoke(app, ["review", base, head, "--repo", str(tmp_path / "repo"),
+                                   "--head-synth", str(tmp_path / "pr-synth"), "--json"])
+    assert out.exit_code == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["head_synth_error"] is None
+    assert [r["address"] for r in doc["stacks"][0]["resources"]] == ["terraform_data.x"]
