@@ -292,7 +292,9 @@ def test_shared_layers_cost_no_kv() -> None:
     ("kv_heads", "tp", "factor"), [(1, 4, 4), (2, 4, 2), (8, 4, 1), (3, 2, 4 / 3)]
 )
 def test_tp_pads_kv_heads(kv_heads: int, tp: int, factor: float) -> None:
-    g = ModelGeometry.from_hf_config(text_config(num_key_value_heads=kv_heads))
+    # 24 query heads: every kv_heads here divides them (GQA groups are whole).
+    g = ModelGeometry.from_hf_config(text_config(num_key_value_heads=kv_heads,
+                                                 num_attention_heads=24))
     assert kv_bytes_per_token(g, tensor_parallel_size=tp) == kv_bytes_per_token(g) * factor
 
 

@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .hf_geometry import FULL, SLIDING, GeometryError, TextConfig, parse_text_config, read_config
+
 GiB = 2**30
 BF16_BYTES = 2
-SLIDING = "sliding_attention"
-FULL = "full_attention"
 
 # SPEC 5: resident bf16 weights measured on the chip (`total_hbm_used_gb=8.97GiB`).
 E2B_WEIGHTS_BYTES = round(8.97 * GiB)
@@ -122,38 +122,40 @@ class ModelGeometry:
             )
         if SLIDING in self.layer_types and not self.sliding_window:
             raise ValueError("sliding_window is required when a layer is sliding_attention")
+        for i in range(self.first_shared_layer, n):
+            self._kv_source(i)  # a shared layer without a source: say so now, not mid-plan
 
     @classmethod
-    def from_hf_config(cls, config: Mapping[str, Any]) -> ModelGeometry:
-        """Read a Hugging Face config.json, at top level or nested under text_config."""
-        text = config.get("text_config") or config
-        n = _required_int(text, "num_hidden_layers")
-        heads = _required_int(text, "num_attention_heads")
-        kv_heads = _required_int(text, "num_key_value_heads")
-        head_dim = _required_int(text, "head_dim")
-        hidden = _required_int(text, "hidden_size")
-        vocab = _required_int(text, "vocab_size")
-        if text.get("attention_k_eq_v"):
-            # Gemma 4 large models share K and V on full layers; not measured, not modelled.
-            raise ValueError("attention_k_eq_v=true is not modelled by the planner")
-        tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings", True))
-        return cls(
-            num_hidden_layers=n,
-            num_kv_shared_layers=int(text.get("num_kv_shared_layers") or 0),
-            layer_types=_layer_types(text, n),
-            sliding_window=text.get("sliding_window"),
-            num_attention_heads=heads,
-            num_key_value_heads=kv_heads,
-            num_global_key_value_heads=int(text.get("num_global_key_value_heads") or kv_heads),
-            head_dim=head_dim,
-            global_head_dim=int(text.get("global_head_dim") or head_dim),
-            hidden_size=hidden,
-            intermediate_sizes=_intermediate_sizes(text, n),
-            vocab_size=vocab,
-            vocab_size_per_layer_input=int(text.get("vocab_size_per_layer_input") or vocab),
-            hidden_size_per_layer_input=int(text.get("hidden_size_per_layer_input") or 0),
-            tie_word_embeddings=bool(tie),
-        )
+    def from_hf_config(cls, config: Any) -> ModelGeometry:
+        """Read a Hugging Face config.json, at top level or nested under text_config.
+
+        Strictly validated (hf_geometry): GeometryError names the field, value and rule.
+        """
+        text, outer_tie = parse_text_config(config)
+        n = text.num_hidden_layers
+        tie = text.tie_word_embeddings
+        try:
+            return cls(
+                num_hidden_layers=n,
+                num_kv_shared_layers=text.num_kv_shared_layers or 0,
+                layer_types=_layer_types(text, n),
+                sliding_window=text.sliding_window,
+                num_attention_heads=text.num_attention_heads,
+                num_key_value_heads=text.num_key_value_heads,
+                num_global_key_value_heads=(text.num_global_key_value_heads
+                                            or text.num_key_value_heads),
+                head_dim=text.head_dim,
+                global_head_dim=text.global_head_dim or text.head_dim,
+                hidden_size=text.hidden_size,
+                intermediate_sizes=_intermediate_sizes(text.intermediate_size, n),
+                vocab_size=text.vocab_size,
+                vocab_size_per_layer_input=text.vocab_size_per_layer_input or text.vocab_size,
+                hidden_size_per_layer_input=text.hidden_size_per_layer_input or 0,
+                tie_word_embeddings=(tie if tie is not None else
+                                     outer_tie if outer_tie is not None else True),
+            )
+        except ValueError as exc:  # the cross-field rules of __post_init__
+            raise GeometryError([str(exc)]) from None
 
     @property
     def first_shared_layer(self) -> int:
@@ -185,45 +187,34 @@ class ModelGeometry:
         for j in range(first_shared - 1, -1, -1):
             if self.layer_types[j] == self.layer_types[i]:
                 return j
-        raise ValueError(f"shared layer {i} ({self.layer_types[i]}) has no cache-owning source")
+        kind = self.layer_types[i]
+        raise ValueError(f"num_kv_shared_layers = {self.num_kv_shared_layers}: shared layer {i} "
+                         f"({kind}) has no earlier cache-owning {kind} layer to read KV from")
 
 
-def _required_int(text: Mapping[str, Any], key: str) -> int:
-    if text.get(key) is None:
-        raise ValueError(f"model config is missing required field {key!r}")
-    return int(text[key])
-
-
-def _layer_types(text: Mapping[str, Any], n: int) -> tuple[str, ...]:
-    if text.get("layer_types") is not None:
-        kinds = tuple(str(k) for k in text["layer_types"])
-        unknown = sorted(set(kinds) - {SLIDING, FULL})
-        if unknown:
-            raise ValueError(f"layer_types has unsupported attention types {unknown}")
-        return kinds
-    if text.get("sliding_window") is None or text.get("use_sliding_window") is False:
+def _layer_types(text: TextConfig, n: int) -> tuple[str, ...]:
+    if text.layer_types is not None:
+        return tuple(text.layer_types)
+    if text.sliding_window is None or text.use_sliding_window is False:
         return (FULL,) * n
-    pattern = text.get("sliding_window_pattern")
-    if pattern is None:
-        raise ValueError(
-            "model config has sliding_window but neither 'layer_types' nor "
-            "'sliding_window_pattern' to say which layers slide"
-        )
-    every = int(pattern)  # HF Gemma 3 convention: every Nth layer is full
+    every = text.sliding_window_pattern
+    if every is None:
+        raise GeometryError([
+            ("sliding_window is set but neither 'layer_types' nor 'sliding_window_pattern' "
+            "says which layers slide")])
+    # HF Gemma 3 convention: every Nth layer is full.
     return tuple(FULL if i % every == every - 1 else SLIDING for i in range(n))
 
 
-def _intermediate_sizes(text: Mapping[str, Any], n: int) -> tuple[int, ...]:
-    value = text.get("intermediate_size")
-    if value is None:
-        raise ValueError("model config is missing required field 'intermediate_size'")
+def _intermediate_sizes(value: int | list[int], n: int) -> tuple[int, ...]:
     if isinstance(value, list):  # Gemma 3n style: one entry per layer
-        return tuple(int(v) for v in value)
-    return (int(value),) * n
+        return tuple(value)
+    return (value,) * n
 
 
 def load_geometry(path: str | Path) -> ModelGeometry:
-    return ModelGeometry.from_hf_config(json.loads(Path(path).read_text()))
+    """A geometry file, strictly validated; GeometryError (a ValueError) or OSError."""
+    return ModelGeometry.from_hf_config(read_config(path))
 
 
 # --------------------------------------------------------------------------- KV cache

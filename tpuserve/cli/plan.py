@@ -23,8 +23,9 @@ from tpuserve.config import (
     deep_merge,
     load_raw,
 )
+from tpuserve.hf_geometry import GeometryError
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
-from tpuserve.planner import ThroughputTable, load_throughput
+from tpuserve.planner import ThroughputTable, load_geometry, load_throughput
 
 from .common import JsonOpt, command, console, emit_json, err_console
 
@@ -45,6 +46,16 @@ def _stack_deployment(stack: str, vllm: dict[str, Any], capacity: dict[str, Any]
     # Validate only this stack: another stack's problem is not this command's business.
     only = {**raw, "stacks": {stack: deep_merge(stacks[stack], over)}}
     return check_raw(only)[stack]
+
+
+def _check_model_config(path: Path) -> None:
+    """The geometry file on its own first, so its problems name the flag, not the setting."""
+    try:
+        load_geometry(path)
+    except GeometryError as exc:
+        raise ConfigError([f"--model-config {str(path)!r}: {p}" for p in exc.problems]) from None
+    except OSError as exc:
+        raise ConfigError([f"--model-config {str(path)!r}: {exc.strerror}"]) from None
 
 
 def _throughput(path: Path | None) -> ThroughputTable | None:
@@ -110,6 +121,8 @@ def plan(
     if weights_gib is not None:
         capacity["weights_gib"] = weights_gib
     try:
+        if model_config is not None:
+            _check_model_config(model_config)
         d = _stack_deployment(stack, vllm, capacity)
     except ConfigError as exc:
         # One line per problem: each already names the setting, the value and the rule.

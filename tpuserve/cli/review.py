@@ -43,8 +43,12 @@ def review_command(
         "--repo", help="The project directory (where main.py is); default: the current one.",
         file_okay=False, exists=True, show_default=False)] = None,
     attach: Annotated[list[str] | None, typer.Option(
-        "--attach", help="TITLE=FILE: append FILE (e.g. `cdktf diff` output) in a collapsed, "
+        "--attach", help="TITLE=FILE: append FILE (e.g. `terraform plan` output) in a collapsed, "
         "redacted block. Repeatable.", show_default=False)] = None,
+    head_synth: Annotated[Path | None, typer.Option(
+        "--head-synth", help="A cdktf output directory (stacks/NAME/cdk.tf.json) to use as "
+        "HEAD's Terraform instead of running HEAD's main.py here.", file_okay=False,
+        exists=True, show_default=False)] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Synthesize BASE and HEAD offline and report, per stack, the Terraform resources added,
@@ -52,7 +56,8 @@ def review_command(
     flag, the compile-cache key, and capacity and cost deltas (SPEC 4-7)."""
     attachments = [_attachment(a) for a in attach or ()]
     try:
-        result = review(base, head, project_dir=repo, config=config, attachments=attachments)
+        result = review(base, head, project_dir=repo, config=config, attachments=attachments,
+                        head_synthesis=head_synth)
     except ReviewError as exc:
         raise OpsError(redact(str(exc)), exit_code=EXIT_USAGE) from None
     text = render_json(result) + "\n" if json_output else render_markdown(result)
