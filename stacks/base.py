@@ -17,6 +17,7 @@ from .cdk import (
 from .foundation import Foundation
 from .literals import TerraformLiterals
 from .network import Network
+from .provider_binding import BindGoogleProvider
 
 
 class ServingStack(TerraformStack):
@@ -36,10 +37,11 @@ class ServingStack(TerraformStack):
             # Relative to cdktf.out/stacks/NAME, where terraform runs: state sits at the repo
             # root and synthesized JSON carries no machine path.
             LocalBackend(self, path=f"../../../terraform.{d.name}.tfstate")
-        GoogleBetaProvider(
+        provider = GoogleBetaProvider(
             self, "google_beta", project=d.gcp.project, region=d.gcp.region, zone=d.gcp.zone,
             default_labels={"managed-by": "tpuserve"},
         )
+        Aspects.of(self).add(BindGoogleProvider(provider))
         self.network = Network(self, "network", deployment=d)
         self.foundation = Foundation(self, "foundation", deployment=d, network=self.network)
         self.startup_script = render_startup(d)

@@ -88,6 +88,7 @@ from cdktf import (  # noqa: F401
     TerraformElement,
     TerraformOutput,
     TerraformProvider,
+    TerraformResource,
     TerraformStack,
     Token,
 )

@@ -298,3 +298,18 @@ def test_state_backend_local_by_default_gcs_when_configured(synthesized, configu
     doc = configured["ondemand"]
     assert doc["terraform"]["backend"] == {
         "gcs": {"bucket": "team-tfstate", "prefix": "serving/ondemand"}}
+
+
+def test_every_google_element_uses_the_configured_google_beta_provider(synthesized) -> None:
+    """Without `provider`, Terraform would bind a google_* type to hashicorp/google: a second,
+    unconfigured provider (no project, region or labels)."""
+    for name, doc in synthesized.items():
+        assert set(doc["terraform"]["required_providers"]) <= {"google-beta", "external"}, name
+        elements = [(kind, rname, body)
+                    for block in ("resource", "data")
+                    for kind, by_name in doc.get(block, {}).items()
+                    for rname, body in by_name.items()]
+        google = [(k, n, b) for k, n, b in elements if k.startswith("google_")]
+        assert google, name
+        for kind, rname, body in google:
+            assert body.get("provider") == "google-beta", (name, kind, rname)
