@@ -7,15 +7,16 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from tpuserve.config import STACK_NAMES, ConfigError, Deployment, load_deployments
-from tpuserve.google_api import ApiError
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
-from tpuserve.ops.server import ServerTarget, normalize_base_url
+
+if TYPE_CHECKING:
+    from tpuserve.ops.server import ServerTarget
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -72,13 +73,13 @@ def command(fn: F) -> F:
             raise  # typer reports usage errors itself (exit 2)
         except OpsError as exc:
             _fail(exc.line, exc.exit_code, as_json)
-        except ApiError as exc:
-            _fail(str(exc), 1, as_json)
         except ConfigError as exc:
             _fail("invalid configuration: " + "; ".join(exc.problems), EXIT_USAGE, as_json)
         except KeyboardInterrupt:
             _fail("interrupted", EXIT_INTERRUPTED, as_json)
         except Exception as exc:
+            if _is_api_error(exc):
+                _fail(str(exc), 1, as_json)
             if os.environ.get("TPUSERVE_DEBUG"):
                 raise
             # Known library errors that escaped a narrower handler: still one line.
@@ -86,6 +87,13 @@ def command(fn: F) -> F:
                   "traceback)", 1, as_json)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _is_api_error(exc: Exception) -> bool:
+    """An ApiError of the Google API edge, without importing the edge (and its HTTP stack)
+    into commands that never call Google: if it was never imported, nothing raised one."""
+    api = sys.modules.get("tpuserve.google_api")
+    return api is not None and isinstance(exc, api.ApiError)
 
 
 def _fail(line: str, code: int, as_json: bool) -> None:
@@ -137,6 +145,8 @@ def resolve_target(
     stack: str | None, endpoint: str | None, api_key: str | None
 ) -> tuple[ServerTarget, Deployment | None]:
     """A stack (its node's external IP from the TPU API) or an explicit --endpoint."""
+    from tpuserve.ops.server import ServerTarget, normalize_base_url
+
     if endpoint and stack:
         raise OpsError("give a STACK or --endpoint, not both", exit_code=EXIT_USAGE)
     if endpoint:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .bounded_http import Deadline, bounded_client
 from .errors import EXIT_USAGE, OpsError, one_line
 
 
@@ -43,9 +44,9 @@ def normalize_base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
-def http_client(timeout_s: float = 30.0) -> httpx.Client:
-    return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-                        trust_env=False)
+def http_client(timeout_s: float = 30.0, deadline: Deadline | None = None) -> httpx.Client:
+    """Every request bounded by `deadline` and every answer by a byte cap (bounded_http)."""
+    return bounded_client(timeout_s, deadline)
 
 
 def health(http: httpx.Client, target: ServerTarget) -> tuple[bool, str]:
