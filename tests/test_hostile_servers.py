@@ -117,3 +117,11 @@ def test_bounded_client_caps_bytes_and_deadline() -> None:
     with HostileServer("trickle", interval_s=0.2, models_too=True) as base, \
             bounded_client(30, Deadline(1.0)) as http, pytest.raises(DeadlinePassed):
         http.get(base + "/v1/models")
+
+
+def test_a_silent_stream_is_cut_by_the_idle_watchdog(tmp_path: Path) -> None:
+    with HostileServer("silent") as base:
+        result = invoke("bench", "--endpoint", base, "--contexts", "16", "--clients", "2",
+                        "--repetitions", "1", "--output-tokens", "8", "--out", str(tmp_path),
+                        "--timeout", "1", env={"OPENAI_API_KEY": API_KEY})
+    assert_one_line_error(result, "warm-up request", "1 s without a chunk")

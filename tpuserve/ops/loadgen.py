@@ -82,9 +82,13 @@ class SseParser:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         *events, rest = buf.split(b"\n\n")
         self._buf = rest + tail if tail else rest
+        if len(events) == 1:  # the common case: one event per read, one `data: ` line
+            event = events[0]
+            if event.startswith(b"data: ") and b"\n" not in event:
+                return [event[6:]]
         out: list[bytes] = []
         for event in events:
-            if event[:6] == b"data: " and b"\n" not in event:  # the common case: one line
+            if event.startswith(b"data: ") and b"\n" not in event:
                 out.append(event[6:])
                 continue
             payload = [
@@ -206,6 +210,12 @@ class LoadClient:
         self.cold = cold
         self._ssl = ssl
         self._session: aiohttp.ClientSession | None = None
+        # Streams in flight: task -> [time of its last read, cut for idling]. One watchdog
+        # enforces `timeout_s` between reads for all of them: aiohttp's own per-read timeout
+        # re-arms a timer on every read, which measurably cost tokens per CPU-second.
+        self._streams: dict[asyncio.Task[Any], list[Any]] = {}
+        self._watchdog: asyncio.Task[None] | None = None
+        self._clock: Clock = time.perf_counter
 
     async def __aenter__(self) -> LoadClient:
         keep: dict[str, Any] = (
@@ -224,14 +234,29 @@ class LoadClient:
         # request whatever the server trickles.
         timeout = aiohttp.ClientTimeout(
             total=self.deadline_s, sock_connect=min(self.timeout_s, CONNECT_TIMEOUT_S),
-            sock_read=self.timeout_s,
         )
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=timeout, trust_env=False, auto_decompress=False,
         )
+        self._watchdog = asyncio.create_task(self._watch())
         return self
 
+    async def _watch(self) -> None:
+        """Cut every stream that has waited `timeout_s` for its next read."""
+        interval = min(1.0, self.timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = self._clock()
+            for task, slot in list(self._streams.items()):
+                if not slot[1] and now - slot[0] >= self.timeout_s:
+                    slot[1] = True
+                    task.cancel()
+
     async def __aexit__(self, *exc: object) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+            self._watchdog = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -277,6 +302,11 @@ class LoadClient:
         received = 0
         reads = 0
         start = clock()
+        self._clock = clock
+        task = asyncio.current_task()
+        assert task is not None
+        slot: list[Any] = [start, False]  # [last read, cut by the watchdog]
+        self._streams[task] = slot
 
         def record(error: str | None) -> RequestRecord:
             usage = tally.usage or {}
@@ -293,15 +323,23 @@ class LoadClient:
                     text = (await resp.content.read(4096)).decode("utf-8", "replace")
                     return record(f"HTTP {resp.status}: {one_line(text, 200)}")
                 event = tally.event
-                async for data in resp.content.iter_any():
-                    now = clock()
+                feed = parser.feed
+                readany = resp.content.readany  # iter_any() adds a generator step per read
+                while data := await readany():
+                    now = slot[0] = clock()
                     reads += 1
                     received += len(data)
                     if received > cap:
                         return record(f"stream exceeded {cap:,} bytes for {max_tokens} tokens "
                                       f"after {tally.chunks} chunks: the server does not stop")
-                    for payload in parser.feed(data):
+                    for payload in feed(data):
                         event(payload, now)
+        except asyncio.CancelledError:
+            if not slot[1]:
+                raise
+            task.uncancel()  # our own watchdog's cancel, not the caller's
+            return record(f"timed out after {clock() - start:.1f} s ({self.timeout_s:g} s "
+                          f"without a chunk) after {tally.chunks} chunks")
         except StreamError as exc:
             return record(str(exc))
         except TimeoutError:
@@ -318,6 +356,8 @@ class LoadClient:
             )
         except aiohttp.ClientError as exc:
             return record(f"{type(exc).__name__}: {one_line(exc, 160)}")
+        finally:
+            self._streams.pop(task, None)
         if not tally.done:
             return record(f"stream ended after {tally.chunks} chunks without data: [DONE]")
         if tally.usage is None:
