@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -41,10 +43,30 @@ def synth(deployments: dict[str, Deployment], outdir: Path) -> dict[str, dict[st
     }
 
 
+def xdist_worker() -> str | None:
+    """This process's pytest-xdist worker id (gw0, gw1, ...), None when not under xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
 @pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory: pytest.TempPathFactory, deployments: dict[str, Deployment]) -> Path:
-    outdir = tmp_path_factory.mktemp("cdktf.out")
-    synth(deployments, outdir)
+    """The synthesized default stacks: once per run, shared by the xdist workers (the first
+    to take the lock synthesizes into the run's shared temp root, the others read it; the
+    directory is keyed by a hash of the deployments it was synthesized from). Read-only."""
+    if xdist_worker() is None:
+        outdir = tmp_path_factory.mktemp("cdktf.out")
+        synth(deployments, outdir)
+        return outdir
+    root = tmp_path_factory.getbasetemp().parent  # one per run, shared by its workers
+    key = hashlib.sha256(repr(sorted(deployments.items())).encode()).hexdigest()[:16]
+    outdir = root / f"cdktf.out-{key}"
+    with (root / f"cdktf.out-{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not outdir.is_dir():
+            partial = root / f"cdktf.out-{key}.partial-{xdist_worker()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            synth(deployments, partial)
+            partial.rename(outdir)
     return outdir
 
 
@@ -65,8 +87,14 @@ _full_synth: dict[str, object] = {}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if not any(FULL_IMPORT_TEST in item.nodeid for item in session.items):
-        return
+    # Under xdist every worker collects every test but only one runs it: the fixture starts
+    # the child there, and the other worker keeps the second core busy meanwhile.
+    if xdist_worker() is None and any(FULL_IMPORT_TEST in item.nodeid
+                                      for item in session.items):
+        _start_full_import_synth()
+
+
+def _start_full_import_synth() -> None:
     outdir = Path(tempfile.mkdtemp(prefix="tpuserve-full-import-"))
     root = Path(__file__).resolve().parent.parent
     _full_synth["outdir"] = outdir
@@ -89,6 +117,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture
 def full_import_synth() -> tuple[dict[str, object], Path]:
     """(the figures the child printed, its output directory), once the child is done."""
+    if "proc" not in _full_synth:
+        _start_full_import_synth()
     proc = _full_synth["proc"]
     assert isinstance(proc, subprocess.Popen)
     out, err = proc.communicate(timeout=300)
