@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,50 +81,77 @@ def synthesized(synth_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup`, tests that share a module-scoped fixture (a booted node, a
+    synthesized variant, a review's worktrees: 10-20 s each) run on one worker, so no worker
+    builds it twice; every other test goes wherever a worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs if info is not None else {}
+        shared = sorted(name for name, fdefs in defs.items()
+                        if fdefs and fdefs[-1].scope in ("module", "package"))
+        if shared:
+            # One group per module: its module-scoped fixtures may be chained.
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 # The ordinary provider import costs ~10 s of one core: the synthesis through that path starts
 # in a child process as soon as collection ends, and runs on the other core while the suite
-# goes on; test_cdk_import waits for it.
+# goes on; test_cdk_import waits for it. Under xdist the first worker starts it into a
+# directory named for the run, and whichever worker runs the test waits for its files.
 FULL_IMPORT_TEST = "test_full_import_synthesizes_identical_json"
 _full_synth: dict[str, object] = {}
+# The child's stdout, stderr, then its exit code (written last, by rename: "done").
+_CHILD = 'd=$1; shift; "$@" >"$d/out" 2>"$d/err"; echo $? >"$d/rc.part"; mv "$d/rc.part" "$d/rc"'
+
+
+def _full_import_dir() -> Path:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return Path(tempfile.mkdtemp(prefix="tpuserve-full-import-"))
+    return Path(tempfile.gettempdir()) / f"tpuserve-full-import-{run}"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # Under xdist every worker collects every test but only one runs it: the fixture starts
-    # the child there, and the other worker keeps the second core busy meanwhile.
-    if xdist_worker() is None and any(FULL_IMPORT_TEST in item.nodeid
-                                      for item in session.items):
-        _start_full_import_synth()
+    if xdist_worker() in (None, "gw0") and any(FULL_IMPORT_TEST in item.nodeid
+                                               for item in session.items):
+        outdir = _full_import_dir()
+        outdir.mkdir(exist_ok=True)
+        root = Path(__file__).resolve().parent.parent
+        _full_synth["proc"] = subprocess.Popen(
+            ["bash", "-c", _CHILD, "bash", str(outdir), sys.executable,
+             str(root / "bench" / "synth"), "--once", "full", str(outdir / "cdktf.out")],
+            env={**os.environ, "TPUSERVE_CDK_IMPORT": "full"}, cwd=root,
+        )
 
 
-def _start_full_import_synth() -> None:
-    outdir = Path(tempfile.mkdtemp(prefix="tpuserve-full-import-"))
-    root = Path(__file__).resolve().parent.parent
-    _full_synth["outdir"] = outdir
-    _full_synth["proc"] = subprocess.Popen(
-        [sys.executable, str(root / "bench" / "synth"), "--once", "full", str(outdir)],
-        env={**os.environ, "TPUSERVE_CDK_IMPORT": "full"}, cwd=root,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     proc = _full_synth.get("proc")
     if isinstance(proc, subprocess.Popen) and proc.poll() is None:
-        proc.kill()
+        # Another worker may still need it, unless the run was interrupted.
+        if xdist_worker() is None or exitstatus == pytest.ExitCode.INTERRUPTED:
+            proc.kill()
         proc.wait()
-    if "outdir" in _full_synth:
-        shutil.rmtree(str(_full_synth["outdir"]), ignore_errors=True)
 
 
 @pytest.fixture
-def full_import_synth() -> tuple[dict[str, object], Path]:
+def full_import_synth() -> Iterator[tuple[dict[str, object], Path]]:
     """(the figures the child printed, its output directory), once the child is done."""
-    if "proc" not in _full_synth:
-        _start_full_import_synth()
-    proc = _full_synth["proc"]
-    assert isinstance(proc, subprocess.Popen)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    outdir = _full_synth["outdir"]
-    assert isinstance(outdir, Path)
-    return json.loads(out.strip().splitlines()[-1]), outdir
+    outdir = _full_import_dir() if xdist_worker() is not None else None
+    if outdir is None:
+        proc = _full_synth["proc"]
+        assert isinstance(proc, subprocess.Popen)
+        proc.wait(timeout=300)
+        outdir = Path(proc.args[4])  # type: ignore[index]
+    deadline = time.monotonic() + 300
+    while not (outdir / "rc").exists():
+        assert time.monotonic() < deadline, "the full-import synthesis did not finish"
+        time.sleep(0.2)
+    try:
+        rc = int((outdir / "rc").read_text())
+        assert rc == 0, (outdir / "err").read_text()
+        out = (outdir / "out").read_text()
+        yield json.loads(out.strip().splitlines()[-1]), outdir / "cdktf.out"
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)
