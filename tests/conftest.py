@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import hashlib
 import json
@@ -81,19 +82,62 @@ def synthesized(synth_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup`, tests that share a module-scoped fixture (a booted node, a
-    synthesized variant, a review's worktrees: 10-20 s each) run on one worker, so no worker
-    builds it twice; every other test goes wherever a worker is free."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs if info is not None else {}
-        shared = sorted(name for name, fdefs in defs.items()
-                        if fdefs and fdefs[-1].scope in ("module", "package"))
-        if shared:
-            # One group per module: its module-scoped fixtures may be chained.
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+# ------------------------------------------------------------------ pytest-xdist scheduling
+# `--dist loadscope` (pyproject.toml) with one refinement: a module's tests that use one of
+# its module-scoped fixtures (a booted node, a synthesized variant, a review's worktrees:
+# 10-20 s each) form one unit, so no worker builds such a fixture twice, and every other test
+# is its own unit, so the slow boot and Terraform modules spread over both workers. (xdist's
+# own `loadgroup` marks do not take effect under pytest 9: xdist 3.8 renames `item._nodeid`,
+# which pytest 9 no longer reads.) The controller does not collect, so it reads each test
+# file's fixtures from its source.
+
+
+def _module_fixture_users(path: str) -> dict[str, str]:
+    """{test function name: its unit} for the tests of `path` that need a module-scoped
+    fixture of that file, directly or through another fixture of the file."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError):
+        return {}
+    params: dict[str, set[str]] = {}
+    shared: set[str] = set()
+    tests: list[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        params[node.name] = {a.arg for a in node.args.args}
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and any(
+                k.arg == "scope" and isinstance(k.value, ast.Constant)
+                and k.value.value in ("module", "package") for k in deco.keywords
+            ):
+                shared.add(node.name)
+        if node.name.startswith("test"):
+            tests.append(node.name)
+
+    def needs(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(p in shared or (p in params and p not in seen
+                                   and not p.startswith("test") and needs(p, seen | {name}))
+                   for p in params.get(name, ()))
+
+    return {t: f"{path}::module-fixtures" for t in tests if needs(t)}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    users: dict[str, dict[str, str]] = {}
+
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, name = nodeid.partition("::")
+            if path not in users:
+                users[path] = _module_fixture_users(str(Path(config.rootpath) / path))
+            return users[path].get(name.split("[", 1)[0], nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 # The ordinary provider import costs ~10 s of one core: the synthesis through that path starts
