@@ -348,6 +348,9 @@ def test_bench_end_to_end(tmp_path: Path) -> None:
     assert len(set(firsts)) == len(firsts) == 44
     assert all(b["stream_options"] == {"include_usage": True} and b["ignore_eos"]
                for b in chats)
+    # One session for the whole run: its 4 connections (the most clients of a cell) served
+    # every cell; the calls before the sweep used one more.
+    assert server.connections == 1 + 4
 
 
 def test_bench_tables_without_json(tmp_path: Path) -> None:

@@ -2,9 +2,10 @@
 
 Each repetition of a cell sends `clients x requests_per_client` streaming chat completions with
 `clients` in flight at any time (a closed loop), each asking for exactly `output_tokens` tokens
-(vLLM's ignore_eos). One client (loadgen.LoadClient) serves the whole run; before each cell it
-opens and warms `clients` keep-alive connections and sends one unrecorded warm-up request, so
-no timed window includes connection setup (unless `cold`: a new connection per request).
+(vLLM's ignore_eos). One client (loadgen.LoadClient) serves the whole run; a cell starts with
+one unrecorded warm-up request, and each repetition with `clients` keep-alive connections
+opened and warmed, so no timed window includes connection setup (unless `cold`: a new
+connection per request).
 Statistics: see bench_stats. The JSON (`BenchResult.to_json`) is the throughput table
 planner.load_throughput reads: {"cells": [{"context", "clients", "output_tokens_per_s", ...}], ...}.
 """
@@ -243,7 +244,6 @@ async def _sweep(
         for context in plan.contexts:
             words = words_for[context]
             for clients in plan.clients:
-                await client.warm(url, clients)
                 if plan.warmup:
                     (warm,) = await client.run(url, bodies(words, 1), headers, 1,
                                                max_tokens=plan.output_tokens, clock=clock)
@@ -255,8 +255,10 @@ async def _sweep(
                         )
                 reps: list[RepStats] = []
                 for rep in range(plan.repetitions):
-                    # Built before the timed window opens.
+                    # Built, and every connection opened (or re-opened where the server
+                    # closed an idle one), before the timed window opens.
                     batch = bodies(words, clients * plan.requests_per_client)
+                    await client.warm(url, clients)
                     records = await client.run(url, batch, headers, clients,
                                                max_tokens=plan.output_tokens, clock=clock)
                     try:
