@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import statistics
 from pathlib import Path
 
@@ -391,3 +392,50 @@ def test_bad_client_list(bad: str, tmp_path: Path) -> None:
     result = invoke("bench", "--endpoint", "http://127.0.0.1:9", "--clients", bad)
     assert result.exit_code == 2
     assert_one_line_error(result, "--clients")
+
+
+def _self_signed(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, a client context that trusts exactly that certificate)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1))
+            .not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (tmp_path / "cert.pem").write_bytes(pem)
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    client = ssl.create_default_context(cadata=pem.decode())
+    return server, client
+
+
+def test_the_load_generator_streams_over_tls_with_the_given_context(tmp_path: Path) -> None:
+    server_ctx, client_ctx = _self_signed(tmp_path)
+    server = FakeOpenAIServer(FakeConfig(), tls=server_ctx)
+    with server as base:
+        assert base.startswith("https://")
+        url = base + "/v1/chat/completions"
+        body = loadgen.chat_body(MODEL, [{"role": "user", "content": "x"}], 4)
+        pinned = asyncio.run(loadgen.run_requests(url, [body] * 2, {}, 2, ssl=client_ctx))
+        default = asyncio.run(loadgen.run_requests(url, [body], {}, 1, timeout_s=5))
+    assert all(r.ok and r.output_tokens == 4 for r in pinned)
+    # Without the pinned context the system's trust store refuses the self-signed server.
+    (refused,) = default
+    assert refused.error and "TLS certificate of https://" in refused.error
+    assert "certificate verify failed" in refused.error

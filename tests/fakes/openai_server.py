@@ -32,6 +32,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -81,9 +82,11 @@ class _Request:
 class FakeOpenAIServer:
     """`with FakeOpenAIServer(FakeConfig(...)) as base_url:` serves on a background thread."""
 
-    def __init__(self, config: FakeConfig | None = None, *, port: int = 0) -> None:
+    def __init__(self, config: FakeConfig | None = None, *, port: int = 0,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.config = config or FakeConfig()
         self.port = port
+        self.tls = tls  # a server-side context: serve https
         self.requests: list[Recorded] = []
         self.tokens_streamed = 0
         self.connections = 0  # TCP connections accepted (the load generator's warm-up shows)
@@ -97,7 +100,7 @@ class FakeOpenAIServer:
     # ------------------------------------------------------------------ lifecycle
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> str:
         return self.start()
@@ -139,7 +142,8 @@ class FakeOpenAIServer:
             self._loop.close()
 
     async def serve(self) -> asyncio.Server:
-        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=512)
+        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=512,
+                                            ssl=self.tls)
         self.port = server.sockets[0].getsockname()[1]
         return server
 

@@ -347,6 +347,10 @@ class LoadClient:
                 f" or {self.deadline_s:g} s per request" if self.deadline_s else "")
             return record(f"timed out after {clock() - start:.1f} s ({limits}) after "
                           f"{tally.chunks} chunks")
+        except aiohttp.ClientConnectorCertificateError as exc:
+            return record(f"TLS certificate of {url} refused "
+                          f"({one_line(exc.certificate_error, 120)}): pass the server's pinned "
+                          "ssl context")
         except aiohttp.ClientConnectorError as exc:
             return record(f"cannot connect to {url}: {one_line(exc, 120)}")
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
