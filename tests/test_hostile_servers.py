@@ -81,9 +81,10 @@ def test_bench_run_deadline_bounds_the_whole_sweep(tmp_path: Path) -> None:
     with HostileServer("trickle", interval_s=0.2) as base:
         result = invoke("bench", "--endpoint", base, "--contexts", "16", "--clients", "2",
                         "--repetitions", "1", "--output-tokens", "8", "--out", str(tmp_path),
-                        "--timeout", "60", "--deadline", "1",
+                        "--timeout", "60", "--deadline", "2",
                         env={"OPENAI_API_KEY": API_KEY})
-    assert_one_line_error(result, "did not finish within --deadline 1 s", "nothing was written")
+    # 2 s: the calls before the sweep (a few ms here) share the deadline and must not use it up.
+    assert_one_line_error(result, "did not finish within --deadline 2 s", "nothing was written")
 
 
 def test_bench_preflight_against_a_silent_server_is_one_line(tmp_path: Path) -> None:
