@@ -10,19 +10,36 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from tpuserve.config import STACK_NAMES, ConfigError, Deployment, load_deployments
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tpuserve.ops.server import ServerTarget
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
+class _LazyConsole:
+    """A rich Console built on first use: `plan --json` and other JSON paths never import rich
+    (~60 ms of start-up, issue 16)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
 # stdout carries results (tables, or JSON with --json); stderr carries progress and errors.
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console: Console = _LazyConsole(highlight=False)  # type: ignore[assignment]
+err_console: Console = _LazyConsole(stderr=True, highlight=False)  # type: ignore[assignment]
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Machine-readable JSON on stdout (progress on stderr).")
