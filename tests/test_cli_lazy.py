@@ -38,7 +38,8 @@ def test_help_lists_every_command_and_imports_none() -> None:
 def test_plan_imports_no_network_library() -> None:
     modules = _imported_after("plan", "--json")
     assert "tpuserve.planner" in modules  # it ran
-    assert not {m for m in modules for h in ("httpx", "aiohttp", "google.cloud", "matplotlib")
+    assert not {m for m in modules
+                for h in ("httpx", "aiohttp", "google.cloud", "matplotlib", "rich", "requests")
                 if m == h or m.startswith(h + ".")}
 
 
