@@ -8,8 +8,8 @@ pre-built SSE chunk to each open stream, one write per chunk, as vLLM sends them
 chunks carry `finish_reason`, `usage` (stream_options.include_usage) and `data: [DONE]`.
 
 GET /health answers 200 (what clients warm connections with). GET /stats answers this
-process's CPU seconds, chunks written and how late the timer ran, so a client can report the
-server's CPU share and whether the server kept its rate.
+process's CPU seconds, chunks written and how late the timer ran (late ticks: more than one
+interval late), so a client can report the server's CPU share and whether it kept its rate.
 
     python bench/sse_server.py --itl-ms 4      # prints its base URL, serves until killed
 """
@@ -106,10 +106,14 @@ class Server:
             self._timer = None
 
     def stats(self) -> bytes:
-        return json.dumps({"cpu_s": time.process_time(), "wall_s": time.perf_counter(),
-                           "chunks": self.chunks, "ticks": self.ticks,
-                           "late_ticks": self.late_ticks,
-                           "max_lag_ms": round(self.max_lag_s * 1000, 3)}).encode()
+        """Counters since start; `max_lag_ms` since the previous /stats (then reset), so two
+        reads around a measurement give that window's worst timer lag."""
+        out = json.dumps({"cpu_s": time.process_time(), "wall_s": time.perf_counter(),
+                          "chunks": self.chunks, "ticks": self.ticks,
+                          "late_ticks": self.late_ticks,
+                          "max_lag_ms": round(self.max_lag_s * 1000, 3)}).encode()
+        self.max_lag_s = 0.0
+        return out
 
 
 class Conn(asyncio.Protocol):
