@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import fcntl
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +46,30 @@ def synth(deployments: dict[str, Deployment], outdir: Path) -> dict[str, dict[st
     }
 
 
+def xdist_worker() -> str | None:
+    """This process's pytest-xdist worker id (gw0, gw1, ...), None when not under xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
 @pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory: pytest.TempPathFactory, deployments: dict[str, Deployment]) -> Path:
-    outdir = tmp_path_factory.mktemp("cdktf.out")
-    synth(deployments, outdir)
+    """The synthesized default stacks: once per run, shared by the xdist workers (the first
+    to take the lock synthesizes into the run's shared temp root, the others read it; the
+    directory is keyed by a hash of the deployments it was synthesized from). Read-only."""
+    if xdist_worker() is None:
+        outdir = tmp_path_factory.mktemp("cdktf.out")
+        synth(deployments, outdir)
+        return outdir
+    root = tmp_path_factory.getbasetemp().parent  # one per run, shared by its workers
+    key = hashlib.sha256(repr(sorted(deployments.items())).encode()).hexdigest()[:16]
+    outdir = root / f"cdktf.out-{key}"
+    with (root / f"cdktf.out-{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not outdir.is_dir():
+            partial = root / f"cdktf.out-{key}.partial-{xdist_worker()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            synth(deployments, partial)
+            partial.rename(outdir)
     return outdir
 
 
@@ -57,42 +82,120 @@ def synthesized(synth_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
+# ------------------------------------------------------------------ pytest-xdist scheduling
+# `--dist loadscope` (pyproject.toml) with one refinement: a module's tests that use one of
+# its module-scoped fixtures (a booted node, a synthesized variant, a review's worktrees:
+# 10-20 s each) form one unit, so no worker builds such a fixture twice, and every other test
+# is its own unit, so the slow boot and Terraform modules spread over both workers. (xdist's
+# own `loadgroup` marks do not take effect under pytest 9: xdist 3.8 renames `item._nodeid`,
+# which pytest 9 no longer reads.) The controller does not collect, so it reads each test
+# file's fixtures from its source.
+
+
+def _module_fixture_users(path: str) -> dict[str, str]:
+    """{test function name: its unit} for the tests of `path` that need a module-scoped
+    fixture of that file, directly or through another fixture of the file."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError):
+        return {}
+    params: dict[str, set[str]] = {}
+    shared: set[str] = set()
+    tests: list[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        params[node.name] = {a.arg for a in node.args.args}
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and any(
+                k.arg == "scope" and isinstance(k.value, ast.Constant)
+                and k.value.value in ("module", "package") for k in deco.keywords
+            ):
+                shared.add(node.name)
+        if node.name.startswith("test"):
+            tests.append(node.name)
+
+    def needs(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(p in shared or (p in params and p not in seen
+                                   and not p.startswith("test") and needs(p, seen | {name}))
+                   for p in params.get(name, ()))
+
+    return {t: f"{path}::module-fixtures" for t in tests if needs(t)}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    users: dict[str, dict[str, str]] = {}
+
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, name = nodeid.partition("::")
+            if path not in users:
+                users[path] = _module_fixture_users(str(Path(config.rootpath) / path))
+            return users[path].get(name.split("[", 1)[0], nodeid)
+
+    return SharedFixtureScheduling(config, log)
+
+
 # The ordinary provider import costs ~10 s of one core: the synthesis through that path starts
 # in a child process as soon as collection ends, and runs on the other core while the suite
-# goes on; test_cdk_import waits for it.
+# goes on; test_cdk_import waits for it. Under xdist the first worker starts it into a
+# directory named for the run, and whichever worker runs the test waits for its files.
 FULL_IMPORT_TEST = "test_full_import_synthesizes_identical_json"
 _full_synth: dict[str, object] = {}
+# The child's stdout, stderr, then its exit code (written last, by rename: "done").
+_CHILD = 'd=$1; shift; "$@" >"$d/out" 2>"$d/err"; echo $? >"$d/rc.part"; mv "$d/rc.part" "$d/rc"'
+
+
+def _full_import_dir() -> Path:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return Path(tempfile.mkdtemp(prefix="tpuserve-full-import-"))
+    return Path(tempfile.gettempdir()) / f"tpuserve-full-import-{run}"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if not any(FULL_IMPORT_TEST in item.nodeid for item in session.items):
-        return
-    outdir = Path(tempfile.mkdtemp(prefix="tpuserve-full-import-"))
-    root = Path(__file__).resolve().parent.parent
-    _full_synth["outdir"] = outdir
-    _full_synth["proc"] = subprocess.Popen(
-        [sys.executable, str(root / "bench" / "synth"), "--once", "full", str(outdir)],
-        env={**os.environ, "TPUSERVE_CDK_IMPORT": "full"}, cwd=root,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    if xdist_worker() in (None, "gw0") and any(FULL_IMPORT_TEST in item.nodeid
+                                               for item in session.items):
+        outdir = _full_import_dir()
+        outdir.mkdir(exist_ok=True)
+        root = Path(__file__).resolve().parent.parent
+        _full_synth["proc"] = subprocess.Popen(
+            ["bash", "-c", _CHILD, "bash", str(outdir), sys.executable,
+             str(root / "bench" / "synth"), "--once", "full", str(outdir / "cdktf.out")],
+            env={**os.environ, "TPUSERVE_CDK_IMPORT": "full"}, cwd=root,
+        )
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     proc = _full_synth.get("proc")
     if isinstance(proc, subprocess.Popen) and proc.poll() is None:
-        proc.kill()
+        # Another worker may still need it, unless the run was interrupted.
+        if xdist_worker() is None or exitstatus == pytest.ExitCode.INTERRUPTED:
+            proc.kill()
         proc.wait()
-    if "outdir" in _full_synth:
-        shutil.rmtree(str(_full_synth["outdir"]), ignore_errors=True)
 
 
 @pytest.fixture
-def full_import_synth() -> tuple[dict[str, object], Path]:
+def full_import_synth() -> Iterator[tuple[dict[str, object], Path]]:
     """(the figures the child printed, its output directory), once the child is done."""
-    proc = _full_synth["proc"]
-    assert isinstance(proc, subprocess.Popen)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    outdir = _full_synth["outdir"]
-    assert isinstance(outdir, Path)
-    return json.loads(out.strip().splitlines()[-1]), outdir
+    outdir = _full_import_dir() if xdist_worker() is not None else None
+    if outdir is None:
+        proc = _full_synth["proc"]
+        assert isinstance(proc, subprocess.Popen)
+        proc.wait(timeout=300)
+        outdir = Path(proc.args[4])  # type: ignore[index]
+    deadline = time.monotonic() + 300
+    while not (outdir / "rc").exists():
+        assert time.monotonic() < deadline, "the full-import synthesis did not finish"
+        time.sleep(0.2)
+    try:
+        rc = int((outdir / "rc").read_text())
+        assert rc == 0, (outdir / "err").read_text()
+        out = (outdir / "out").read_text()
+        yield json.loads(out.strip().splitlines()[-1]), outdir / "cdktf.out"
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import statistics
 from pathlib import Path
 
@@ -112,7 +113,114 @@ def test_sse_parser_handles_split_events_crlf_and_comments() -> None:
     assert p.pending == b""
 
 
+# A vLLM-shaped stream: role chunk, two tokens, finish, usage in the last chunk, [DONE],
+# with a keep-alive comment and CRLF line ends in the middle.
+STREAM = (
+    b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
+    b": keep-alive\r\n\r\n"
+    b'data: {"choices":[{"index":0,"delta":{"content":"lo \\u00e9\xc3\xa9"}}]}\r\n\r\n'
+    b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"length"}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+def _parse(pieces: list[bytes]) -> tuple[list[bytes], loadgen._Tally]:
+    parser, tally, events = SseParser(), loadgen._Tally(), []
+    for i, piece in enumerate(pieces):
+        for payload in parser.feed(piece):
+            events.append(payload)
+            tally.event(payload, float(i))
+    assert parser.pending == b""
+    return events, tally
+
+
+def test_sse_split_at_every_byte_gives_the_same_events() -> None:
+    whole, tally = _parse([STREAM])
+    assert len(whole) == 6 and whole[-1] == b"[DONE]"
+    assert tally.done and tally.usage == {"prompt_tokens": 5, "completion_tokens": 3}
+    assert tally.chunks == 3  # two text chunks and the finish chunk; the role chunk is not text
+    for cut in range(1, len(STREAM)):
+        assert _parse([STREAM[:cut], STREAM[cut:]])[0] == whole, cut
+    assert _parse([STREAM[i:i + 1] for i in range(len(STREAM))])[0] == whole  # byte by byte
+
+
+def test_sse_split_into_random_pieces_keeps_usage_and_times() -> None:
+    import random
+
+    rng = random.Random(16)
+    whole, _ = _parse([STREAM])
+    for _ in range(200):
+        cuts = sorted(rng.sample(range(1, len(STREAM)), rng.randint(1, 12)))
+        pieces = [STREAM[a:b] for a, b in zip([0, *cuts], [*cuts, len(STREAM)], strict=True)]
+        events, tally = _parse(pieces)
+        assert events == whole
+        assert tally.usage == {"prompt_tokens": 5, "completion_tokens": 3}
+        # The first token is timed at the read that completed it, never earlier.
+        end_of_first = STREAM.index(b"Hel") + len(b'Hel"}}]}\n\n')
+        assert tally.first == next(i for i, c in enumerate([*cuts, len(STREAM)])
+                                   if c >= end_of_first)
+
+
+def test_error_event_mid_stream_is_a_stream_error() -> None:
+    tally = loadgen._Tally()
+    tally.event(b'{"choices":[{"delta":{"content":"a"}}]}', 0.0)
+    with pytest.raises(loadgen.StreamError, match=r"server error in stream: .*overloaded"):
+        tally.event(b'{"error":{"message":"engine overloaded","code":503}}', 1.0)
+
+
+def test_itl_and_end_follow_vllm_bench_serve() -> None:
+    tally = loadgen._Tally()
+    tally.event(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}', 0.5)
+    for t, text in ((1.0, "a"), (1.5, "b"), (2.5, "")):
+        tally.event(b'{"choices":[{"delta":{"content":"%s"}}]}' % text.encode(), t)
+    tally.event(b'{"choices":[],"usage":{"completion_tokens":3}}', 3.0)
+    assert tally.first == 1.0 and tally.last == 2.5  # the usage chunk carries no token
+    assert tally.itl == [0.5, 1.0]
+
+
+def test_vllm_metrics_from_known_timestamps() -> None:
+    records = [
+        RequestRecord(start=0.0, end=1.0, first_token=0.1, last_token=0.5, output_tokens=5,
+                      itl=(0.1, 0.1, 0.1, 0.1)),
+        RequestRecord(start=0.0, end=2.0, first_token=0.3, last_token=1.9, output_tokens=5,
+                      itl=(0.2, 0.2, 0.4, 0.8)),
+    ]
+    s = rep_stats(records)
+    assert s.tpot_ms_median == pytest.approx((100 + 400) / 2)  # (E2EL - TTFT) / (n - 1)
+    assert s.e2el_ms_median == pytest.approx((500 + 1900) / 2)
+    assert s.itl_ms_median == pytest.approx(150)  # pooled: 100 x4, 200, 200, 400, 800
+    assert s.itl_ms_p99 == pytest.approx(800 - 0.07 * 400)  # numpy's linear interpolation
+    assert s.ttft_ms_p99 == pytest.approx(100 + 0.99 * 200)
+
+
 # ---------------------------------------------------------------- the client vs the fake
+
+
+def test_connections_are_opened_before_the_timed_window() -> None:
+    server = FakeOpenAIServer(FakeConfig())
+    with server as base:
+        url = base + "/v1/chat/completions"
+        body = loadgen.chat_body(MODEL, [{"role": "user", "content": "x"}], 3)
+
+        async def go(cold: bool) -> tuple[int, int, list[RequestRecord]]:
+            start = server.connections
+            async with loadgen.LoadClient(cold=cold) as client:
+                await client.warm(url, 4)
+                warmed = server.connections - start
+                records = await client.run(url, [body] * 8, {}, 4, max_tokens=3)
+                records += await client.run(url, [body] * 4, {}, 4, max_tokens=3)
+            return warmed, server.connections - start, records
+
+        warmed, total, records = asyncio.run(go(cold=False))
+        assert all(r.ok for r in records) and len(records) == 12
+        assert warmed == total == 4  # the timed requests opened no connection
+        warmed, total, records = asyncio.run(go(cold=True))
+        assert all(r.ok for r in records)
+        assert warmed == 0 and total == 12  # cold: one connection per request
+
+
 
 
 def _one(cfg: FakeConfig, tokens: int = 5) -> RequestRecord:
@@ -126,7 +234,9 @@ def _one(cfg: FakeConfig, tokens: int = 5) -> RequestRecord:
 
 def test_stream_counts_tokens_from_usage() -> None:
     r = _one(FakeConfig(), tokens=7)
-    assert r.ok and r.output_tokens == 7 and r.chunks == 7
+    # Chunks with choices from the first token on: 7 tokens and the finish chunk (vLLM's ITL
+    # counts the same chunks).
+    assert r.ok and r.output_tokens == 7 and r.chunks == 8 and len(r.itl) == 7
     assert r.prompt_tokens == 2 + 4 + 3  # the fake's tokenizer: words + overheads
     assert r.start <= r.first_token <= r.last_token <= r.end  # type: ignore[operator]
 
@@ -239,6 +349,9 @@ def test_bench_end_to_end(tmp_path: Path) -> None:
     assert len(set(firsts)) == len(firsts) == 44
     assert all(b["stream_options"] == {"include_usage": True} and b["ignore_eos"]
                for b in chats)
+    # One session for the whole run: its 4 connections (the most clients of a cell) served
+    # every cell; the calls before the sweep used one more.
+    assert server.connections == 1 + 4
 
 
 def test_bench_tables_without_json(tmp_path: Path) -> None:
@@ -279,3 +392,50 @@ def test_bad_client_list(bad: str, tmp_path: Path) -> None:
     result = invoke("bench", "--endpoint", "http://127.0.0.1:9", "--clients", bad)
     assert result.exit_code == 2
     assert_one_line_error(result, "--clients")
+
+
+def _self_signed(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, a client context that trusts exactly that certificate)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1))
+            .not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (tmp_path / "cert.pem").write_bytes(pem)
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    client = ssl.create_default_context(cadata=pem.decode())
+    return server, client
+
+
+def test_the_load_generator_streams_over_tls_with_the_given_context(tmp_path: Path) -> None:
+    server_ctx, client_ctx = _self_signed(tmp_path)
+    server = FakeOpenAIServer(FakeConfig(), tls=server_ctx)
+    with server as base:
+        assert base.startswith("https://")
+        url = base + "/v1/chat/completions"
+        body = loadgen.chat_body(MODEL, [{"role": "user", "content": "x"}], 4)
+        pinned = asyncio.run(loadgen.run_requests(url, [body] * 2, {}, 2, ssl=client_ctx))
+        default = asyncio.run(loadgen.run_requests(url, [body], {}, 1, timeout_s=5))
+    assert all(r.ok and r.output_tokens == 4 for r in pinned)
+    # Without the pinned context the system's trust store refuses the self-signed server.
+    (refused,) = default
+    assert refused.error and "TLS certificate of https://" in refused.error
+    assert "certificate verify failed" in refused.error

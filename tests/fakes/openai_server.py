@@ -97,6 +97,7 @@ class FakeOpenAIServer:
         self.tls = tls
         self.requests: list[Recorded] = []
         self.tokens_streamed = 0
+        self.connections = 0  # TCP connections accepted (the load generator's warm-up shows)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
@@ -184,6 +185,7 @@ class FakeOpenAIServer:
 
     # ------------------------------------------------------------------ HTTP
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 req = await _read_request(reader)

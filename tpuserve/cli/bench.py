@@ -16,6 +16,7 @@ import typer
 from tpuserve.config import Deployment
 from tpuserve.ops import bench as engine
 from tpuserve.ops import bench_report, server
+from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
 
 from . import common
@@ -93,6 +94,15 @@ def bench(
                                               "/v1/models).", show_default=False)] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for any one chunk.",
                                            min=1)] = 600.0,
+    request_deadline: Annotated[float, typer.Option(
+        help="Seconds one request may take in all, whatever the server sends (a stream that "
+        "trickles or never ends fails at this point).", min=1)] = engine.BenchPlan.deadline_s,
+    deadline: Annotated[float | None, typer.Option(
+        help="Seconds the whole bench may take (default: unbounded).", min=1,
+        show_default=False)] = None,
+    cold_connections: Annotated[bool, typer.Option(
+        help="A new connection per request, so TTFT includes TCP/TLS setup (default: "
+        "connections are opened and warmed before each cell).")] = False,
     out: Annotated[Path, typer.Option(help="Directory for the JSON and the PNG chart.")] = Path(
         "out"
     ),
@@ -106,10 +116,16 @@ def bench(
         contexts=_ints("--contexts", contexts), clients=_ints("--clients", clients),
         repetitions=repetitions, output_tokens=output_tokens,
         requests_per_client=requests_per_client, warmup=warmup, ignore_eos=ignore_eos,
-        timeout_s=timeout,
+        timeout_s=timeout, deadline_s=request_deadline, run_deadline_s=deadline,
+        cold=cold_connections,
     )
     target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
-    with server.http_client(min(timeout, 60.0), verify=target.ssl_context) as http:
+    # The calls before the sweep (models, prompt calibration) share its deadline, or
+    # PREFLIGHT_DEADLINE_S when it has none.
+    overall = Deadline(deadline)
+    preflight = Deadline(min(deadline or engine.PREFLIGHT_DEADLINE_S, engine.PREFLIGHT_DEADLINE_S))
+    with server.http_client(min(timeout, 60.0), verify=target.ssl_context,
+                            deadline=preflight) as http:
         served, mml = server.served_model(http, target)
         model_id = model or served
         plan.validate(mml or (d.vllm.max_model_len if d else None))
@@ -122,6 +138,7 @@ def bench(
         result = asyncio.run(engine.run_bench(
             target, model_id, plan, words, prompt_length_method=method,
             prompt_tokens_target=counted, progress=common.log,
+            seconds_left=None if deadline is None else max(overall.remaining() or 0.0, 0.001),
         ))
     except KeyboardInterrupt:
         raise OpsError("bench interrupted: every stream was closed; no results were written",

@@ -8,21 +8,39 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from tpuserve.config import STACK_NAMES, ConfigError, Deployment, load_deployments
-from tpuserve.google_api import ApiError
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
-from tpuserve.ops.server import ServerTarget, normalize_base_url
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tpuserve.ops.server import ServerTarget
 
 API_KEY_ENV = "OPENAI_API_KEY"
 
+class _LazyConsole:
+    """A rich Console built on first use: `plan --json` and other JSON paths never import rich
+    (~60 ms of start-up, issue 16)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
 # stdout carries results (tables, or JSON with --json); stderr carries progress and errors.
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console: Console = _LazyConsole(highlight=False)  # type: ignore[assignment]
+err_console: Console = _LazyConsole(stderr=True, highlight=False)  # type: ignore[assignment]
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Machine-readable JSON on stdout (progress on stderr).")
@@ -85,13 +103,13 @@ def command(fn: F) -> F:
             raise  # typer reports usage errors itself (exit 2)
         except OpsError as exc:
             _fail(exc.line, exc.exit_code, as_json)
-        except ApiError as exc:
-            _fail(str(exc), 1, as_json)
         except ConfigError as exc:
             _fail("invalid configuration: " + "; ".join(exc.problems), EXIT_USAGE, as_json)
         except KeyboardInterrupt:
             _fail("interrupted", EXIT_INTERRUPTED, as_json)
         except Exception as exc:
+            if _is_api_error(exc):
+                _fail(str(exc), 1, as_json)
             if os.environ.get("TPUSERVE_DEBUG"):
                 raise
             # Known library errors that escaped a narrower handler: still one line.
@@ -99,6 +117,13 @@ def command(fn: F) -> F:
                   "traceback)", 1, as_json)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _is_api_error(exc: Exception) -> bool:
+    """An ApiError of the Google API edge, without importing the edge (and its HTTP stack)
+    into commands that never call Google: if it was never imported, nothing raised one."""
+    api = sys.modules.get("tpuserve.google_api")
+    return api is not None and isinstance(exc, api.ApiError)
 
 
 def _fail(line: str, code: int, as_json: bool) -> None:
@@ -155,6 +180,7 @@ def resolve_target(
     published) or an explicit --endpoint (https: --fingerprint, --cacert or the system's CAs).
     A server whose certificate is not the pinned one is refused before any key is sent."""
     from tpuserve.ops import tls
+    from tpuserve.ops.server import ServerTarget, normalize_base_url
 
     if endpoint and stack:
         raise OpsError("give a STACK or --endpoint, not both", exit_code=EXIT_USAGE)

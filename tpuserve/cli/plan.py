@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 
-from tpuserve import plan_report
 from tpuserve.capacity import plan_for
 from tpuserve.checks import all_warnings, check_raw
 from tpuserve.config import (
@@ -136,12 +135,16 @@ def plan(
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
     if png is not None:
+        from tpuserve import plan_report  # matplotlib and rich: only when they are used
+
         plan_report.write_png(result, png, provisioning=d.stack.provisioning_model)
         err_console.print(f"wrote {png}", markup=False)
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json()}))
         return
+    from tpuserve import plan_report
+
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
     plan_report.print_plan(result, console)

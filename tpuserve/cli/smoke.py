@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from tpuserve.ops import smoke as checks
+from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.server import http_client
 
 from . import common
@@ -45,6 +46,9 @@ def smoke(
         "the stack's access.api_key_proxy; with --endpoint: when a key is given).",
         show_default=False)] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per request.", min=1)] = 300.0,
+    deadline: Annotated[float, typer.Option(
+        help="Seconds for every check together; a server that trickles or never ends an "
+        "answer fails here.", min=1)] = checks.SmokeOptions.deadline_s,
     json_output: JsonOpt = False,
 ) -> None:
     """Health, a chat completion, a get_weather tool call, an image, a prompt near
@@ -56,13 +60,13 @@ def smoke(
         expect_auth=expect_auth if expect_auth is not None else (
             d.access.api_key_proxy if d else bool(target.api_key)
         ),
-        timeout_s=timeout,
+        timeout_s=timeout, deadline_s=deadline,
     )
 
     def on_check(c: checks.Check) -> None:
         common.log(f"{c.result:>4}  {c.name}: {c.detail}")
 
-    with http_client(timeout, verify=target.ssl_context) as http:
+    with http_client(timeout, verify=target.ssl_context, deadline=Deadline(deadline)) as http:
         results = checks.run_smoke(target, opts, http=http, on_check=on_check)
     failed = [c for c in results if not c.ok]
     if json_output:

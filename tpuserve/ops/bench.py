@@ -2,14 +2,19 @@
 
 Each repetition of a cell sends `clients x requests_per_client` streaming chat completions with
 `clients` in flight at any time (a closed loop), each asking for exactly `output_tokens` tokens
-(vLLM's ignore_eos). A cell starts with one unrecorded warm-up request. Statistics: see
-bench_stats. The JSON (`BenchResult.to_json`) is the throughput table planner.load_throughput
-reads: {"cells": [{"context", "clients", "output_tokens_per_s", ...}], ...}.
+(vLLM's ignore_eos). One client (loadgen.LoadClient) serves the whole run; a cell starts with
+one unrecorded warm-up request, and each repetition with `clients` keep-alive connections
+opened and warmed, so no timed window includes connection setup (unless `cold`: a new
+connection per request).
+Statistics: see bench_stats. The JSON (`BenchResult.to_json`) is the throughput table
+planner.load_throughput reads: {"cells": [{"context", "clients", "output_tokens_per_s", ...}], ...}.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import ssl as ssl_lib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +33,8 @@ DEFAULT_CLIENTS = (1, 4, 16, 64)
 DEFAULT_REPETITIONS = 3
 DEFAULT_OUTPUT_TOKENS = 256
 DEFAULT_REQUESTS_PER_CLIENT = 4
+# Listing models and calibrating prompt lengths (a few /tokenize calls per context).
+PREFLIGHT_DEADLINE_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,10 @@ class BenchPlan:
     requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT
     warmup: bool = True
     ignore_eos: bool = True
-    timeout_s: float = 600.0
+    timeout_s: float = 600.0  # the longest wait for any one chunk
+    deadline_s: float = 1800.0  # the longest one request may take, whatever the server sends
+    run_deadline_s: float | None = None  # the whole sweep (None: unbounded)
+    cold: bool = False  # a new connection per request: TTFT includes connection setup
 
     def validate(self, max_model_len: int | None) -> None:
         """Raise OpsError naming the option, the value and the rule."""
@@ -56,6 +66,10 @@ class BenchPlan:
             raise bad("--output-tokens", self.output_tokens, "must be >= 2 (TPOT needs two)")
         if self.requests_per_client < 1:
             raise bad("--requests-per-client", self.requests_per_client, "must be >= 1")
+        if not self.deadline_s > 0:
+            raise bad("--request-deadline", self.deadline_s, "must be > 0 seconds")
+        if self.run_deadline_s is not None and not self.run_deadline_s > 0:
+            raise bad("--deadline", self.run_deadline_s, "must be > 0 seconds")
         if max_model_len is not None:
             worst = max(self.contexts) + self.output_tokens
             if worst > max_model_len:
@@ -64,6 +78,15 @@ class BenchPlan:
                     f"context + --output-tokens ({worst}) exceeds the server's max_model_len "
                     f"{max_model_len}",
                 )
+
+
+# RepStats fields named as vllm bench serve names its figures (p50 = median).
+VLLM_METRICS = (
+    "ttft_ms_median", "ttft_ms_p90", "ttft_ms_p99",
+    "tpot_ms_median", "tpot_ms_p90", "tpot_ms_p99",
+    "itl_ms_median", "itl_ms_p90", "itl_ms_p99",
+    "e2el_ms_median", "e2el_ms_p90", "e2el_ms_p99",
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +128,7 @@ class BenchResult:
                 "output_tokens": self.plan.output_tokens,
                 "requests_per_client": self.plan.requests_per_client,
                 "ignore_eos": self.plan.ignore_eos,
+                "cold_connections": self.plan.cold,
             },
             "usd_per_hour": dict(usd_per_hour),
         }
@@ -120,12 +144,12 @@ def _cell_json(c: CellStats, usd_per_hour: Mapping[str, float]) -> dict[str, Any
         "clients": c.clients,
         "output_tokens_per_s": _r(c.output_tokens_per_s),
         "output_tokens_per_s_cv": _r(c.output_tokens_per_s_cv, 4),
-        "ttft_ms_median": _r(c.ttft_ms_median),
         "ttft_ms_median_cv": _r(c.ttft_ms_median_cv, 4),
-        "ttft_ms_p90": _r(c.ttft_ms_p90),
         "tpot_ms": _r(c.tpot_ms, 3),
         "per_stream_tokens_per_s": _r(c.per_stream_tokens_per_s),
         "prompt_tokens_mean": _r(c.prompt_tokens_mean, 1),
+        # vllm bench serve's per-request metrics (README "Benchmark metrics"), mean over reps.
+        **{f: _r(c.mean_of(f), 3) for f in VLLM_METRICS},
         "requests": c.requests,
         "errors": c.errors,
         "usd_per_million_output_tokens": {
@@ -141,10 +165,9 @@ def _cell_json(c: CellStats, usd_per_hour: Mapping[str, float]) -> dict[str, Any
 def _rep_json(r: RepStats) -> dict[str, Any]:
     return {
         "output_tokens_per_s": _r(r.output_tokens_per_s),
-        "ttft_ms_median": _r(r.ttft_ms_median),
-        "ttft_ms_p90": _r(r.ttft_ms_p90),
         "tpot_ms": _r(r.tpot_ms_median, 3),
         "per_stream_tokens_per_s": _r(r.per_stream_tokens_per_s),
+        **{f: _r(getattr(r, f), 3) for f in VLLM_METRICS},
         "output_tokens": r.output_tokens,
         "span_s": _r(r.span_s, 3),
         "requests": r.requests,
@@ -166,10 +189,14 @@ async def run_bench(
     prompt_tokens_target: Mapping[int, int | None],
     progress: Progress = lambda _msg: None,
     clock: loadgen.Clock = time.perf_counter,
+    ssl: ssl_lib.SSLContext | None = None,
+    seconds_left: float | None = None,
 ) -> BenchResult:
     """Run the sweep. `words_for` maps each context to its filler word count (prompts.calibrate).
     A repetition where every request fails aborts the sweep (OpsError): the cause (a 401, a
-    dead server) would fail every later cell the same way."""
+    dead server) would fail every later cell the same way. `plan.run_deadline_s` bounds the
+    whole sweep (OpsError naming it); `seconds_left`: what the caller's calls before the
+    sweep left of it."""
     result = BenchResult(
         base_url=target.base_url,
         model=model,
@@ -178,6 +205,31 @@ async def run_bench(
         prompt_tokens_target=dict(prompt_tokens_target),
         started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
+    if ssl is None:
+        ssl = target.ssl_context  # the node's pinned certificate (tpuserve/ops/tls.py)
+    try:
+        async with asyncio.timeout(seconds_left if seconds_left is not None
+                                   else plan.run_deadline_s):
+            await _sweep(result, target, model, plan, words_for, progress, clock, ssl)
+    except TimeoutError:
+        raise OpsError(
+            f"bench did not finish within --deadline {plan.run_deadline_s:g} s "
+            f"({len(result.cells)} cells done): the server is too slow or never ends a stream",
+            hint="raise --deadline or shrink the sweep; nothing was written",
+        ) from None
+    return result
+
+
+async def _sweep(
+    result: BenchResult,
+    target: ServerTarget,
+    model: str,
+    plan: BenchPlan,
+    words_for: Mapping[int, int],
+    progress: Progress,
+    clock: loadgen.Clock,
+    ssl: ssl_lib.SSLContext | None,
+) -> None:
     url = target.v1 + "/chat/completions"
     headers = target.headers() | {"Content-Type": "application/json"}
     nonces = iter(range(1, 10**prompts.NONCE_DIGITS))  # every request its own prompt
@@ -189,36 +241,46 @@ async def run_bench(
             for _ in range(n)
         ]
 
-    for context in plan.contexts:
-        words = words_for[context]
-        for clients in plan.clients:
-            if plan.warmup:
-                await loadgen.run_requests(url, bodies(words, 1), headers, 1,
-                                           timeout_s=plan.timeout_s, clock=clock,
-                                           ssl_context=target.ssl_context)
-            reps: list[RepStats] = []
-            for rep in range(plan.repetitions):
-                records = await loadgen.run_requests(
-                    url, bodies(words, clients * plan.requests_per_client), headers, clients,
-                    timeout_s=plan.timeout_s, clock=clock, ssl_context=target.ssl_context,
-                )
-                try:
-                    stats = rep_stats(records)
-                except ValueError as exc:
-                    result.failed.append(FailedCell(context, clients, str(exc)))
-                    raise OpsError(
-                        f"bench {context} ctx x {clients} clients, repetition {rep + 1}: {exc}",
-                        hint="fix the server or the key, then re-run; nothing was written",
-                    ) from None
-                reps.append(stats)
-                progress(
-                    f"{context:>6} ctx x {clients:>3} clients  rep {rep + 1}/{plan.repetitions}: "
-                    f"{stats.output_tokens_per_s:,.1f} tok/s, TTFT median "
-                    f"{stats.ttft_ms_median:,.1f} ms"
-                    + (f", {stats.errors} errors ({stats.first_error})" if stats.errors else "")
-                )
-            result.cells.append(CellStats(context, clients, tuple(reps)))
-    return result
+    async with loadgen.LoadClient(ssl=ssl, timeout_s=plan.timeout_s,
+                                  deadline_s=plan.deadline_s, cold=plan.cold) as client:
+        for context in plan.contexts:
+            words = words_for[context]
+            for clients in plan.clients:
+                if plan.warmup:
+                    (warm,) = await client.run(url, bodies(words, 1), headers, 1,
+                                               max_tokens=plan.output_tokens, clock=clock)
+                    if not warm.ok:  # every timed request would fail the same way
+                        raise OpsError(
+                            f"bench {context} ctx x {clients} clients, warm-up request: "
+                            f"{warm.error}",
+                            hint="fix the server or the key, then re-run; nothing was written",
+                        )
+                reps: list[RepStats] = []
+                for rep in range(plan.repetitions):
+                    # Built, and every connection opened (or re-opened where the server
+                    # closed an idle one), before the timed window opens.
+                    batch = bodies(words, clients * plan.requests_per_client)
+                    await client.warm(url, clients)
+                    records = await client.run(url, batch, headers, clients,
+                                               max_tokens=plan.output_tokens, clock=clock)
+                    try:
+                        stats = rep_stats(records)
+                    except ValueError as exc:
+                        result.failed.append(FailedCell(context, clients, str(exc)))
+                        raise OpsError(
+                            f"bench {context} ctx x {clients} clients, repetition {rep + 1}: "
+                            f"{exc}",
+                            hint="fix the server or the key, then re-run; nothing was written",
+                        ) from None
+                    reps.append(stats)
+                    progress(
+                        f"{context:>6} ctx x {clients:>3} clients  rep {rep + 1}/"
+                        f"{plan.repetitions}: {stats.output_tokens_per_s:,.1f} tok/s, TTFT "
+                        f"median {stats.ttft_ms_median:,.1f} ms"
+                        + (f", {stats.errors} errors ({stats.first_error})"
+                           if stats.errors else "")
+                    )
+                result.cells.append(CellStats(context, clients, tuple(reps)))
 
 
 def calibrate_prompts(

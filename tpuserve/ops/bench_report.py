@@ -56,7 +56,13 @@ def tables(cells: Sequence[CellStats], usd_per_hour: Mapping[str, float]) -> lis
         ),
         _grid(cells, "p90 time to first token (ms)", lambda c: _num(c.ttft_ms_p90)),
         _grid(cells, "Per-stream tokens/s", lambda c: _num(c.per_stream_tokens_per_s)),
-        _grid(cells, "Time per output token (ms)", lambda c: _num(c.tpot_ms, ",.2f")),
+        _grid(cells, "Time per output token, excluding the first (ms)",
+              lambda c: _num(c.tpot_ms, ",.2f")),
+        _grid(cells, "p99 time to first token (ms)", lambda c: _num(c.mean_of("ttft_ms_p99"))),
+        _grid(cells, "Median inter-token latency (ms)",
+              lambda c: _num(c.mean_of("itl_ms_median"), ",.2f")),
+        _grid(cells, "Median end-to-end latency (ms)",
+              lambda c: _num(c.mean_of("e2el_ms_median"))),
     ]
     if usd_per_hour:
         out.append(cost_table(cells, usd_per_hour))

@@ -1,15 +1,23 @@
 """Benchmark statistics from recorded timestamps: pure arithmetic, no clocks, no I/O.
 
-Definitions (SPEC 6's tables; per-stream figures exclude the wait for the first token, which
-is why SPEC 6's single-client per-stream 125 tok/s exceeds its aggregate 123.7):
+Per-request metrics are `vllm bench serve`'s (vllm/benchmarks/serve.py, calculate_metrics), so
+our numbers sit beside its output; percentiles interpolate linearly like numpy's:
 
+- TTFT: first chunk carrying generated text minus request start.
+- TPOT (time per output token, excluding the first): (E2EL - TTFT) / (output tokens - 1),
+  requests with at least two tokens.
+- ITL (inter-token latency): every gap between successive chunks after the first token, all
+  requests pooled (a chunk that carries several tokens is one gap, as in vLLM).
+- E2EL (end-to-end latency): the last chunk with choices minus request start.
 - aggregate output tok/s: output tokens of every successful request in a repetition, divided
   by the repetition's span (first request start to last request end).
-- TTFT: first chunk carrying generated text minus request start; median and p90 over requests.
-- TPOT: (last token - first token) / (output tokens - 1); median over requests.
-- per-stream tok/s: (output tokens - 1) / (last token - first token); median over requests.
-- a cell's value is the mean over its repetitions; cv = sample standard deviation / mean over
-  the repetitions (SPEC 6 reports cv <= 3.4% for throughput, 56% for one TTFT cell).
+- per-stream tok/s: (output tokens - 1) / (E2EL - TTFT), the inverse of TPOT; it excludes the
+  wait for the first token, which is why SPEC 6's single-client per-stream 125 tok/s exceeds
+  its aggregate 123.7.
+
+Each metric has p50 (median), p90 and p99 per repetition; a cell's value is the mean over its
+repetitions; cv = sample standard deviation / mean over the repetitions (SPEC 6 reports cv <=
+3.4% for throughput, 56% for one TTFT cell).
 """
 
 from __future__ import annotations
@@ -54,6 +62,15 @@ class RepStats:
     per_stream_tokens_per_s: float | None
     prompt_tokens_mean: float
     first_error: str | None = None
+    ttft_ms_p99: float = 0.0
+    tpot_ms_p90: float | None = None
+    tpot_ms_p99: float | None = None
+    itl_ms_median: float | None = None  # None when no stream had two chunks
+    itl_ms_p90: float | None = None
+    itl_ms_p99: float | None = None
+    e2el_ms_median: float = 0.0
+    e2el_ms_p90: float = 0.0
+    e2el_ms_p99: float = 0.0
 
 
 def rep_stats(records: Sequence[RequestRecord]) -> RepStats:
@@ -67,6 +84,7 @@ def rep_stats(records: Sequence[RequestRecord]) -> RepStats:
     span = max(r.end for r in records) - min(r.start for r in records)
     tokens = sum(r.output_tokens for r in ok)
     ttfts = [(r.first_token - r.start) * 1000 for r in ok if r.first_token is not None]
+    e2els = [((r.last_token or r.end) - r.start) * 1000 for r in ok]
     decode = [
         (r.output_tokens - 1, r.last_token - r.first_token)
         for r in ok
@@ -77,6 +95,10 @@ def rep_stats(records: Sequence[RequestRecord]) -> RepStats:
     ]
     tpots = [dt * 1000 / n for n, dt in decode]
     rates = [n / dt for n, dt in decode]
+    itls = [gap * 1000 for r in ok for gap in r.itl]
+    tpot = _pcts(tpots)
+    itl = _pcts(itls)
+    e2el = _pcts(e2els)
     return RepStats(
         requests=len(records),
         errors=len(failed),
@@ -85,11 +107,32 @@ def rep_stats(records: Sequence[RequestRecord]) -> RepStats:
         output_tokens_per_s=tokens / span if span > 0 else 0.0,
         ttft_ms_median=statistics.median(ttfts),
         ttft_ms_p90=percentile(ttfts, 90),
-        tpot_ms_median=statistics.median(tpots) if tpots else None,
+        tpot_ms_median=tpot[0],
         per_stream_tokens_per_s=statistics.median(rates) if rates else None,
         prompt_tokens_mean=statistics.fmean(r.prompt_tokens for r in ok),
         first_error=first_error,
+        ttft_ms_p99=percentile(ttfts, 99),
+        tpot_ms_p90=tpot[1],
+        tpot_ms_p99=tpot[2],
+        itl_ms_median=itl[0],
+        itl_ms_p90=itl[1],
+        itl_ms_p99=itl[2],
+        e2el_ms_median=e2el[0] or 0.0,
+        e2el_ms_p90=e2el[1] or 0.0,
+        e2el_ms_p99=e2el[2] or 0.0,
     )
+
+
+PERCENTILES = (50, 90, 99)
+
+
+def _pcts(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """p50, p90, p99 of `values` (all None when there are none)."""
+    if not values:
+        return None, None, None
+    ordered = sorted(values)
+    p50, p90, p99 = (percentile(ordered, q) for q in PERCENTILES)
+    return p50, p90, p99
 
 
 @dataclass(frozen=True)
@@ -130,6 +173,10 @@ class CellStats:
     @property
     def tpot_ms(self) -> float | None:
         return self._mean("tpot_ms_median")
+
+    def mean_of(self, attr: str) -> float | None:
+        """The mean over repetitions of one RepStats figure (None where no rep has it)."""
+        return self._mean(attr)
 
     @property
     def per_stream_tokens_per_s(self) -> float | None:

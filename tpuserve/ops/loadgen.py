@@ -1,30 +1,47 @@
 """The benchmark's load generator: N concurrent streaming chat completions, timed per chunk.
 
-Built so the client is never the bottleneck (issue 5: >= 64 streams and >= 20,000 tok/s on one
-core; `bench/client` measures it): one asyncio loop, one httpx.AsyncClient per simulated user,
-request bodies serialized once, raw bytes split into SSE events by hand with one clock reading
-per network read (events that arrive together were seen together), and token counts taken
-from the `usage` the server puts in the last chunk (`stream_options.include_usage`), not from
-counting chunks (a chunk may carry several tokens).
+Built so the client is never the bottleneck (issue 16; `bench/client` measures it against a
+minimal aiohttp client on the same server):
+
+- aiohttp, one session per run (`LoadClient`): its C parser reads a chunked SSE response
+  for a fraction of httpx's per-chunk cost (profiled: ~62% of the old client's CPU).
+- Connections are opened and warmed (`LoadClient.warm`) before a timed cell, so a cell's TTFT
+  never includes TCP or TLS setup, unless the user asks for cold connections.
+- Request bodies are serialized once; raw bytes are split into SSE events by hand with one
+  clock reading per network read (events that arrive together were seen together).
+- Token counts come from the `usage` the server puts in the last chunk
+  (`stream_options.include_usage`), not from counting chunks (a chunk may carry several).
+- Every stream is bounded by a deadline and a byte cap: a server that trickles, or streams
+  forever, ends that request with a one-line error, never a hang or a MemoryError.
+
+Times follow `vllm bench serve` (vllm/benchmarks/lib/endpoint_request_func.py): the first
+token is the first chunk that carries generated text; after it every chunk with `choices`
+adds one inter-token latency (ITL) and moves the request's end (`last_token`), which is
+vLLM's end-to-end latency.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import ssl
+import ssl as ssl_lib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from .errors import one_line
 
 Clock = Callable[[], float]
-_SSL_CONTEXT: ssl.SSLContext | None = None
-_raw_decode = json.JSONDecoder().raw_decode
+_loads = json.JSONDecoder().decode
+
+# A stream may carry at most this many bytes per requested token (a vLLM chunk with one token
+# is ~250 bytes) plus a fixed allowance for the role, finish and usage chunks.
+BYTES_PER_TOKEN_CAP = 16_384
+BYTES_FIXED_CAP = 1 << 20
+CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,11 +51,13 @@ class RequestRecord:
     start: float
     end: float
     first_token: float | None = None  # first chunk carrying generated text
-    last_token: float | None = None
+    last_token: float | None = None  # last chunk with choices: vLLM's end-to-end latency end
     output_tokens: int = 0  # usage.completion_tokens
     prompt_tokens: int = 0  # usage.prompt_tokens
-    chunks: int = 0  # chunks carrying generated text
+    chunks: int = 0  # chunks with choices from the first token on
     error: str | None = None
+    itl: tuple[float, ...] = field(default=(), repr=False)  # gaps between chunks after the first
+    reads: int = 0  # network reads that delivered the stream: reads == chunks means one per read
 
     @property
     def ok(self) -> bool:
@@ -46,19 +65,36 @@ class RequestRecord:
 
 
 class SseParser:
-    """Incremental `text/event-stream` splitter: bytes in, `data:` payloads out."""
+    """Incremental `text/event-stream` splitter: bytes in, `data:` payloads out. Correct for
+    events split anywhere (inside a field name, a CRLF or the blank line between events)."""
+
+    __slots__ = ("_buf",)
 
     def __init__(self) -> None:
         self._buf = b""
 
     def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf + data
+        buf = self._buf + data if self._buf else data
+        tail = b""
         if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        *events, self._buf = buf.split(b"\n\n")
+            if buf[-1:] == b"\r":  # the \n of a CRLF may come in the next read
+                buf, tail = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *events, rest = buf.split(b"\n\n")
+        self._buf = rest + tail if tail else rest
+        if len(events) == 1:  # the common case: one event per read, one `data: ` line
+            event = events[0]
+            if event.startswith(b"data: ") and b"\n" not in event:
+                return [event[6:]]
         out: list[bytes] = []
         for event in events:
-            payload = [line[5:].lstrip() for line in event.split(b"\n") if line[:5] == b"data:"]
+            if event.startswith(b"data: ") and b"\n" not in event:
+                out.append(event[6:])
+                continue
+            payload = [
+                line[6:] if line[5:6] == b" " else line[5:]
+                for line in event.split(b"\n") if line[:5] == b"data:"
+            ]
             if payload:
                 out.append(b"\n".join(payload))
         return out
@@ -75,12 +111,13 @@ class StreamError(Exception):
 class _Tally:
     """What the events of one stream said so far."""
 
-    __slots__ = ("chunks", "done", "first", "last", "usage")
+    __slots__ = ("chunks", "done", "first", "itl", "last", "usage")
 
     def __init__(self) -> None:
         self.first: float | None = None
         self.last: float | None = None
         self.chunks = 0
+        self.itl: list[float] = []
         self.usage: dict[str, Any] | None = None
         self.done = False
 
@@ -89,88 +126,38 @@ class _Tally:
             self.done = True
             return
         try:
-            # raw_decode on text skips json.loads' encoding sniffing (profiled: json was the
-            # largest cost per token after httpx's own).
-            text = payload.decode()
-            obj, end = _raw_decode(text)
-            if end != len(text) and text[end:].strip():
-                raise ValueError("trailing data")
+            obj = _loads(payload.decode())
         except ValueError:
             raise StreamError(f"malformed SSE event (not JSON): {one_line(payload, 80)}") from None
         if not isinstance(obj, dict):
             raise StreamError(f"malformed SSE event (not an object): {one_line(payload, 80)}")
-        if "error" in obj and not obj.get("choices"):
-            raise StreamError(f"server error in stream: {one_line(obj['error'], 200)}")
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta")
-            if delta and (
-                delta.get("content")
-                or delta.get("reasoning_content")
-                or delta.get("reasoning")
-                or delta.get("tool_calls")
-            ):
-                if self.first is None:
-                    self.first = now
+        choices = obj.get("choices")
+        if choices:
+            if self.first is not None:
+                self.itl.append(now - self.last)  # type: ignore[operator]
                 self.last = now
                 self.chunks += 1
-        if obj.get("usage"):
-            self.usage = obj["usage"]
+            elif _has_text(choices):
+                self.first = self.last = now
+                self.chunks = 1
+        elif "error" in obj:
+            raise StreamError(f"server error in stream: {one_line(obj['error'], 200)}")
+        usage = obj.get("usage")
+        if usage:
+            if not isinstance(usage, dict):
+                raise StreamError(f"malformed usage in stream: {one_line(usage, 80)}")
+            self.usage = usage
 
 
-async def stream_chat(
-    client: httpx.AsyncClient,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    clock: Clock = time.perf_counter,
-) -> RequestRecord:
-    """POST one streaming chat completion and time it; never raises for server faults."""
-    start = clock()
-    tally = _Tally()
-    parser = SseParser()
-
-    def record(error: str | None) -> RequestRecord:
-        usage = tally.usage or {}
-        return RequestRecord(
-            start=start,
-            end=clock(),
-            first_token=tally.first,
-            last_token=tally.last,
-            output_tokens=int(usage.get("completion_tokens") or 0),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            chunks=tally.chunks,
-            error=error,
-        )
-
-    try:
-        async with client.stream("POST", url, content=body, headers=headers) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode("utf-8", "replace")
-                return record(f"HTTP {resp.status_code}: {one_line(text, 200)}")
-            async for data in resp.aiter_raw():
-                now = clock()
-                for payload in parser.feed(data):
-                    tally.event(payload, now)
-    except StreamError as exc:
-        return record(str(exc))
-    except httpx.TimeoutException as exc:
-        return record(f"timed out ({type(exc).__name__}) after {tally.chunks} chunks")
-    except httpx.ConnectError as exc:
-        return record(f"cannot connect to {url}: {one_line(exc, 120)}")
-    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        return record(
-            f"server closed the stream after {tally.chunks} chunks without [DONE] "
-            f"({one_line(exc, 80) or type(exc).__name__})"
-        )
-    except httpx.HTTPError as exc:
-        return record(f"{type(exc).__name__}: {one_line(exc, 160)}")
-    if not tally.done:
-        return record(f"stream ended after {tally.chunks} chunks without data: [DONE]")
-    if tally.usage is None:
-        return record(
-            "no usage in the last chunk: the server ignored stream_options.include_usage"
-        )
-    return record(None)
+def _has_text(choices: Any) -> bool:
+    for choice in choices if isinstance(choices, list) else ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and (
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            or delta.get("tool_calls")
+        ):
+            return True
+    return False
 
 
 def chat_body(
@@ -197,23 +184,230 @@ def chat_body(
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def make_client(timeout_s: float, ssl_context: ssl.SSLContext | None = None,
-                ) -> httpx.AsyncClient:
-    """One client, one keep-alive connection, per simulated user: httpcore scans every pooled
-    connection on every read, so one shared pool of 64 cost more CPU than the SSE parsing
-    (profiled: 19,000 -> 25,000 tokens per CPU-second)."""
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        # Loading the CA bundle costs ~30 ms: once per process, not once per worker.
-        _SSL_CONTEXT = ssl.create_default_context()
-    # The read timeout bounds the wait for any one chunk; a long prefill at 8K x 64 measured
-    # 11.7 s to first token (SPEC 6), so it must be generous.
-    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
-    return httpx.AsyncClient(
-        # SSL_CONTEXT: the target's pinned certificate (tpuserve/ops/tls.py), when it has one.
-        timeout=timeout, trust_env=False, verify=ssl_context or _SSL_CONTEXT,
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-    )
+def byte_cap(max_tokens: int) -> int:
+    """The most bytes one stream of `max_tokens` tokens may carry before it is cut off."""
+    return BYTES_FIXED_CAP + BYTES_PER_TOKEN_CAP * max(max_tokens, 1)
+
+
+class LoadClient:
+    """One aiohttp session for a whole run, its connections kept open between cells.
+
+    `ssl`: the context for an https:// server (None: the system's default trust for https,
+    nothing for http); TLS pinning hands its own context here. `cold`: a new connection per
+    request, so TTFT includes connection setup (what a client without keep-alive sees).
+    """
+
+    def __init__(
+        self,
+        *,
+        ssl: ssl_lib.SSLContext | None = None,
+        timeout_s: float = 600.0,
+        deadline_s: float | None = None,
+        cold: bool = False,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
+        self.cold = cold
+        self._ssl = ssl
+        self._session: aiohttp.ClientSession | None = None
+        # Streams in flight: task -> [time of its last read, cut for idling]. One watchdog
+        # enforces `timeout_s` between reads for all of them: aiohttp's own per-read timeout
+        # re-arms a timer on every read, which measurably cost tokens per CPU-second.
+        self._streams: dict[asyncio.Task[Any], list[Any]] = {}
+        self._watchdog: asyncio.Task[None] | None = None
+        self._clock: Clock = time.perf_counter
+
+    async def __aenter__(self) -> LoadClient:
+        keep: dict[str, Any] = (
+            {"force_close": True} if self.cold
+            # Idle between cells; warm() re-opens what a server closed meanwhile.
+            else {"keepalive_timeout": 3600}
+        )
+        connector = aiohttp.TCPConnector(
+            limit=0,  # the closed loop bounds concurrency, not the pool
+            ssl=self._ssl if self._ssl is not None else True,
+            enable_cleanup_closed=True,
+            **keep,
+        )
+        # The read timeout bounds the wait for any one chunk; a long prefill at 8K x 64
+        # measured 11.7 s to first token (SPEC 6), so it must be generous. `total` bounds a
+        # request whatever the server trickles.
+        timeout = aiohttp.ClientTimeout(
+            total=self.deadline_s, sock_connect=min(self.timeout_s, CONNECT_TIMEOUT_S),
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, trust_env=False, auto_decompress=False,
+        )
+        self._watchdog = asyncio.create_task(self._watch())
+        return self
+
+    async def _watch(self) -> None:
+        """Cut every stream that has waited `timeout_s` for its next read."""
+        interval = min(1.0, self.timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = self._clock()
+            for task, slot in list(self._streams.items()):
+                if not slot[1] and now - slot[0] >= self.timeout_s:
+                    slot[1] = True
+                    task.cancel()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+            self._watchdog = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("LoadClient used outside `async with`")
+        return self._session
+
+    async def warm(self, url: str, connections: int) -> int:
+        """Open `connections` keep-alive connections to `url`'s server (concurrent GETs of its
+        /health, which vLLM and the API-key proxy answer without a key); returns how many
+        answered. Connections a server closed since the last cell are replaced here, outside
+        any timed window. A no-op with cold connections."""
+        if self.cold or connections < 1:
+            return 0
+        health = url.split("/v1/", 1)[0] + "/health"
+
+        async def one() -> bool:
+            try:
+                async with self.session.get(health) as resp:
+                    await resp.content.read(65_536)
+                    return True
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+
+        return sum(await asyncio.gather(*(one() for _ in range(connections))))
+
+    async def stream_chat(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        max_tokens: int,
+        clock: Clock = time.perf_counter,
+    ) -> RequestRecord:
+        """POST one streaming chat completion and time it; never raises for server faults."""
+        tally = _Tally()
+        parser = SseParser()
+        cap = byte_cap(max_tokens)
+        received = 0
+        reads = 0
+        start = clock()
+        self._clock = clock
+        task = asyncio.current_task()
+        assert task is not None
+        slot: list[Any] = [start, False]  # [last read, cut by the watchdog]
+        self._streams[task] = slot
+
+        def record(error: str | None) -> RequestRecord:
+            usage = tally.usage or {}
+            return RequestRecord(
+                start=start, end=clock(), first_token=tally.first, last_token=tally.last,
+                output_tokens=_int(usage.get("completion_tokens")),
+                prompt_tokens=_int(usage.get("prompt_tokens")),
+                chunks=tally.chunks, error=error, itl=tuple(tally.itl), reads=reads,
+            )
+
+        try:
+            async with self.session.post(url, data=body, headers=headers) as resp:
+                if resp.status != 200:
+                    text = (await resp.content.read(4096)).decode("utf-8", "replace")
+                    return record(f"HTTP {resp.status}: {one_line(text, 200)}")
+                event = tally.event
+                feed = parser.feed
+                readany = resp.content.readany  # iter_any() adds a generator step per read
+                while data := await readany():
+                    now = slot[0] = clock()
+                    reads += 1
+                    received += len(data)
+                    if received > cap:
+                        return record(f"stream exceeded {cap:,} bytes for {max_tokens} tokens "
+                                      f"after {tally.chunks} chunks: the server does not stop")
+                    for payload in feed(data):
+                        event(payload, now)
+        except asyncio.CancelledError:
+            if not slot[1]:
+                raise
+            task.uncancel()  # our own watchdog's cancel, not the caller's
+            return record(f"timed out after {clock() - start:.1f} s ({self.timeout_s:g} s "
+                          f"without a chunk) after {tally.chunks} chunks")
+        except StreamError as exc:
+            return record(str(exc))
+        except TimeoutError:
+            limits = f"{self.timeout_s:g} s without a chunk" + (
+                f" or {self.deadline_s:g} s per request" if self.deadline_s else "")
+            return record(f"timed out after {clock() - start:.1f} s ({limits}) after "
+                          f"{tally.chunks} chunks")
+        except aiohttp.ClientConnectorCertificateError as exc:
+            return record(f"TLS certificate of {url} refused "
+                          f"({one_line(exc.certificate_error, 120)}): pass the server's pinned "
+                          "ssl context")
+        except aiohttp.ClientConnectorError as exc:
+            return record(f"cannot connect to {url}: {one_line(exc, 120)}")
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+            return record(
+                f"server closed the stream after {tally.chunks} chunks without [DONE] "
+                f"({one_line(exc, 80) or type(exc).__name__})"
+            )
+        except aiohttp.ClientError as exc:
+            return record(f"{type(exc).__name__}: {one_line(exc, 160)}")
+        finally:
+            self._streams.pop(task, None)
+        if not tally.done:
+            return record(f"stream ended after {tally.chunks} chunks without data: [DONE]")
+        if tally.usage is None:
+            return record(
+                "no usage in the last chunk: the server ignored stream_options.include_usage"
+            )
+        return record(None)
+
+    async def run(
+        self,
+        url: str,
+        bodies: Sequence[bytes],
+        headers: dict[str, str],
+        concurrency: int,
+        *,
+        max_tokens: int,
+        clock: Clock = time.perf_counter,
+    ) -> list[RequestRecord]:
+        """Closed loop: `concurrency` workers each send their next body as soon as one
+        finishes; all start together (the timed window opens here, after `warm`)."""
+        records: list[RequestRecord | None] = [None] * len(bodies)
+        queue = iter(range(len(bodies)))
+
+        async def worker() -> None:
+            for i in queue:
+                records[i] = await self.stream_chat(url, bodies[i], headers,
+                                                    max_tokens=max_tokens, clock=clock)
+
+        workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(bodies)))]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        return [r for r in records if r is not None]
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def max_tokens_of(body: bytes) -> int:
+    """The max_tokens a serialized chat body asks for (for its stream's byte cap)."""
+    obj = json.loads(body)
+    return int(obj.get("max_tokens") or obj.get("max_completion_tokens") or 1)
 
 
 async def run_requests(
@@ -223,23 +417,15 @@ async def run_requests(
     concurrency: int,
     *,
     timeout_s: float = 600.0,
+    deadline_s: float | None = None,
+    ssl: ssl_lib.SSLContext | None = None,
+    warm: bool = True,
     clock: Clock = time.perf_counter,
-    ssl_context: ssl.SSLContext | None = None,
 ) -> list[RequestRecord]:
-    """Closed loop: `concurrency` workers each send their next body as soon as one finishes."""
-    records: list[RequestRecord | None] = [None] * len(bodies)
-    queue = iter(range(len(bodies)))
-
-    async def worker() -> None:
-        async with make_client(timeout_s, ssl_context) as client:
-            for i in queue:
-                records[i] = await stream_chat(client, url, bodies[i], headers, clock)
-
-    workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(bodies)))]
-    try:
-        await asyncio.gather(*workers)
-    finally:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-    return [r for r in records if r is not None]
+    """One-shot convenience: a client for this call only, warmed, then `LoadClient.run`."""
+    max_tokens = max((max_tokens_of(b) for b in bodies), default=1)
+    async with LoadClient(ssl=ssl, timeout_s=timeout_s, deadline_s=deadline_s,
+                          cold=not warm) as client:
+        await client.warm(url, min(concurrency, len(bodies)))
+        return await client.run(url, bodies, headers, concurrency, max_tokens=max_tokens,
+                                clock=clock)

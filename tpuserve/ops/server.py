@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .bounded_http import BoundedTransport, Deadline, bounded_client
 from .errors import EXIT_USAGE, OpsError, one_line
 
 if TYPE_CHECKING:
@@ -52,20 +53,27 @@ def normalize_base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
-def http_client(timeout_s: float = 30.0, verify: ssl.SSLContext | None = None) -> httpx.Client:
-    """VERIFY: the target's pinned context (ServerTarget.ssl_context); None: the system's CAs."""
-    return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-                        trust_env=False, verify=verify if verify is not None else True)
+def http_client(timeout_s: float = 30.0, verify: ssl.SSLContext | None = None,
+                deadline: Deadline | None = None) -> httpx.Client:
+    """Every request bounded by `deadline` and every answer by a byte cap (bounded_http).
+    VERIFY: the target's pinned context (ServerTarget.ssl_context); None: the system's CAs."""
+    if verify is None:
+        return bounded_client(timeout_s, deadline)
+    return bounded_client(timeout_s, deadline, verify=verify)
 
 
 @contextmanager
 def client_for(http: httpx.Client, target: ServerTarget) -> Iterator[httpx.Client]:
-    """HTTP, or a client of the same timeouts that trusts only TARGET's pinned certificate
-    (status and wait share one client across stacks, each with its own certificate)."""
+    """HTTP, or a client of the same timeouts, deadline and byte cap that trusts only TARGET's
+    pinned certificate (status and wait share one client across stacks, each with its own
+    certificate)."""
     if target.ssl_context is None:
         yield http
         return
-    with httpx.Client(timeout=http.timeout, trust_env=False, verify=target.ssl_context) as c:
+    transport = http._transport  # the BoundedTransport http_client made: keep its deadline
+    deadline = transport.deadline if isinstance(transport, BoundedTransport) else None
+    timeout = http.timeout.read if http.timeout.read is not None else 30.0
+    with bounded_client(timeout, deadline, verify=target.ssl_context) as c:
         yield c
 
 

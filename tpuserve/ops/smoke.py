@@ -1,8 +1,10 @@
 """`smoke`: the checks SPEC's validation ran, each one pass / fail / skip with a one-line detail.
 
-OpenAI-compatible calls go through the official `openai` client, always on
-/v1/chat/completions (SPEC 1: raw /v1/completions answers an empty string on -it models, which
-would look like a broken deploy). Raw HTTP (health, the refusals without a key) uses httpx.
+OpenAI-compatible calls are plain JSON over the same bounded httpx client as the raw ones
+(health, the refusals without a key), always on /v1/chat/completions (SPEC 1: raw
+/v1/completions answers an empty string on -it models, which would look like a broken
+deploy). Every check is bounded by the overall deadline (`SmokeOptions.deadline_s`) and every
+answer by a byte cap (bounded_http): a hostile server fails a check in one line, never hangs.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ RED = (220, 20, 20)
 LONG_PROMPT_MARGIN = 64
 LONG_PROMPT_APPROX_FRACTION = 0.90
 LONG_PROMPT_NEAR_FRACTION = 0.80  # accepted prompt must be at least this share of the limit
+# The longest context a server may claim: Gemma 4 E2B is a 128K-token model (its config's
+# max_position_embeddings); 8x that is still a prompt builder's few megabytes, while a
+# server claiming 10**12 would otherwise make the long-prompt check build terabytes.
+MAX_PLAUSIBLE_MODEL_LEN = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -72,20 +78,50 @@ class SmokeOptions:
     model: str | None = None  # None: the first model of /v1/models
     max_model_len: int | None = None  # None: from /v1/models
     expect_auth: bool = True  # the API-key proxy guards /v1 and /metrics
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0  # any one request
+    deadline_s: float = 900.0  # every check together
 
 
-def _openai_error(exc: BaseException) -> str:
-    import openai
+class _Api:
+    """The OpenAI-compatible calls smoke makes: JSON in, JSON out, one-line errors."""
 
-    if isinstance(exc, openai.APIStatusError):
-        body = exc.body if exc.body is not None else exc.response.text
-        return f"HTTP {exc.status_code}: {one_line(body, 200)}"
-    if isinstance(exc, openai.APITimeoutError):
-        return "timed out"
-    if isinstance(exc, openai.APIConnectionError):
-        return f"cannot connect: {one_line(exc.__cause__ or exc, 120)}"
-    return f"{type(exc).__name__}: {one_line(exc, 200)}"
+    def __init__(self, http: httpx.Client, target: ServerTarget) -> None:
+        self.http = http
+        self.target = target
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        headers = self.target.headers()
+        try:
+            resp = self.http.request(method, self.target.v1 + path, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise CheckFailed(f"{method} /v1{path}: {type(exc).__name__}: "
+                              f"{one_line(exc, 160) or 'no answer'}") from None
+        if resp.status_code != 200:
+            raise CheckFailed(f"HTTP {resp.status_code}: {one_line(resp.text, 200)}")
+        try:
+            data = resp.json()
+        except ValueError:
+            raise CheckFailed(f"{method} /v1{path} answered non-JSON: "
+                              f"{one_line(resp.text, 120)}") from None
+        if not isinstance(data, dict):
+            raise CheckFailed(f"{method} /v1{path} answered {type(data).__name__}, not an object")
+        return data
+
+    def chat(self, **body: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the first choice's message, usage) of a non-streamed chat completion."""
+        data = self.call("POST", "/chat/completions", body)
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, dict) else None
+        if not isinstance(message, dict):
+            raise CheckFailed(f"no choices[0].message in the answer: {one_line(data, 120)}")
+        usage = data.get("usage")
+        return message, usage if isinstance(usage, dict) else {}
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content.strip() if isinstance(content, str) else ""
 
 
 def run_smoke(
@@ -96,28 +132,26 @@ def run_smoke(
     on_check: Callable[[Check], None] = lambda _c: None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[Check]:
-    import openai
-
-    client = openai.OpenAI(
-        base_url=target.v1, api_key=target.api_key or "EMPTY", max_retries=0,
-        timeout=opts.timeout_s,
-        # https: only the pinned certificate (tpuserve/ops/tls.py); None: the system's CAs.
-        http_client=httpx.Client(timeout=opts.timeout_s, verify=target.ssl_context)
-        if target.ssl_context is not None else None,
-    )
+    """Run every check; `http` should be `server.http_client(..., Deadline(opts.deadline_s))`
+    so that no single answer outlives the deadline either."""
+    api = _Api(http, target)
+    deadline_at = clock() + opts.deadline_s
     checks: list[Check] = []
     state: dict[str, Any] = {"model": opts.model, "max_model_len": opts.max_model_len}
 
     def run(name: str, fn: Callable[[], str]) -> None:
         t0 = clock()
         try:
+            if t0 >= deadline_at:
+                raise CheckFailed(f"not run: the overall deadline of {opts.deadline_s:g} s "
+                                  "passed (--deadline)")
             detail, result = fn(), PASS
         except CheckFailed as exc:
             detail, result = str(exc), FAIL
         except _Skip as exc:
             detail, result = str(exc), SKIP
         except Exception as exc:  # a check reports any failure as one line
-            detail, result = _openai_error(exc), FAIL
+            detail, result = f"{type(exc).__name__}: {one_line(exc, 200)}", FAIL
         check = Check(name, result, one_line(detail, 300), clock() - t0)
         checks.append(check)
         on_check(check)
@@ -129,18 +163,22 @@ def run_smoke(
         return f"GET /health: {detail}"
 
     def models() -> str:
-        listed = client.models.list()
-        cards = list(listed.data)
+        data = api.call("GET", "/models")
+        cards = [c for c in data.get("data") or () if isinstance(c, dict) and c.get("id")]
         if not cards:
             raise CheckFailed("GET /v1/models listed no model")
-        served = cards[0].id
-        mml = getattr(cards[0], "max_model_len", None) or (cards[0].model_extra or {}).get(
-            "max_model_len"
-        )
-        if state["model"] and state["model"] not in [c.id for c in cards]:
+        served = str(cards[0]["id"])
+        mml = cards[0].get("max_model_len")
+        if state["model"] and state["model"] not in [c["id"] for c in cards]:
             raise CheckFailed(f"the server serves {served!r}, not {state['model']!r}")
         state["model"] = state["model"] or served
-        if isinstance(mml, int):
+        if mml is not None and (not isinstance(mml, int) or isinstance(mml, bool)
+                                or not 1 <= mml <= MAX_PLAUSIBLE_MODEL_LEN):
+            raise CheckFailed(
+                f"{served} claims max_model_len = {one_line(repr(mml), 40)}: not a context "
+                f"length (1 to {MAX_PLAUSIBLE_MODEL_LEN:,} tokens); the long prompt will not "
+                "be built from it")
+        if mml:
             state["max_model_len"] = mml
         return f"{served} (max_model_len {mml if mml else 'not reported'})"
 
@@ -150,44 +188,47 @@ def run_smoke(
         return str(state["model"])
 
     def chat() -> str:
-        resp = client.chat.completions.create(
+        message, _ = api.chat(
             model=need_model(),
             messages=[{"role": "user", "content": "Reply with exactly one word: pong"}],
             max_tokens=64, temperature=0,
         )
-        text = (resp.choices[0].message.content or "").strip() if resp.choices else ""
+        text = _text(message)
         if not text:
             raise CheckFailed("/v1/chat/completions answered an empty message")
         return f"answered {text[:60]!r}"
 
     def tool_call() -> str:
-        resp = client.chat.completions.create(
+        msg, _ = api.chat(
             model=need_model(),
             messages=[{"role": "user",
                        "content": "What is the weather in Paris right now? Use the tool."}],
             tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=256, temperature=0,
         )
-        msg = resp.choices[0].message if resp.choices else None
-        calls = (msg.tool_calls or []) if msg else []
-        if not calls:
-            text = (msg.content or "") if msg else ""
-            raise CheckFailed(f"no tool call; the model answered {text[:80]!r}")
-        fn = calls[0].function
-        if fn.name != "get_weather":
-            raise CheckFailed(f"the call names {fn.name!r}, not 'get_weather'")
+        calls = msg.get("tool_calls") or []
+        if not isinstance(calls, list) or not calls:
+            raise CheckFailed(f"no tool call; the model answered {_text(msg)[:80]!r}")
+        fn = calls[0].get("function") if isinstance(calls[0], dict) else None
+        if not isinstance(fn, dict):
+            raise CheckFailed(f"a tool call without a function: {one_line(calls[0], 80)}")
+        if fn.get("name") != "get_weather":
+            raise CheckFailed(f"the call names {fn.get('name')!r}, not 'get_weather'")
+        arguments = fn.get("arguments")
         try:
-            args = json.loads(fn.arguments)
+            args = json.loads(arguments) if isinstance(arguments, str) else None
         except ValueError:
-            raise CheckFailed(f"arguments are not JSON: {fn.arguments[:80]!r}") from None
+            args = None
+        if args is None:
+            raise CheckFailed(f"arguments are not JSON: {str(arguments)[:80]!r}")
         if not isinstance(args, dict) or not isinstance(args.get("city"), str) or not args[
             "city"
         ].strip():
-            raise CheckFailed(f"arguments carry no 'city': {fn.arguments[:80]!r}")
+            raise CheckFailed(f"arguments carry no 'city': {str(arguments)[:80]!r}")
         return f"get_weather({json.dumps(args)})"
 
     def image() -> str:
         url = png.data_url(png.solid_png(64, 64, RED))
-        resp = client.chat.completions.create(
+        message, _ = api.chat(
             model=need_model(),
             messages=[{"role": "user", "content": [
                 {"type": "text", "text": "What colour fills this image? Answer in one word."},
@@ -195,7 +236,7 @@ def run_smoke(
             ]}],
             max_tokens=32, temperature=0,
         )
-        text = (resp.choices[0].message.content or "").strip() if resp.choices else ""
+        text = _text(message)
         if "red" not in text.lower():
             raise CheckFailed(f"a solid red image; the model answered {text[:80]!r}")
         return f"a solid red 64x64 PNG: {text[:60]!r}"
@@ -214,12 +255,10 @@ def run_smoke(
         words, counted = prompts.calibrate(target_tokens, count)
         if counted is None:
             words = prompts.approx_words(int(target_tokens * LONG_PROMPT_APPROX_FRACTION))
-        resp = client.chat.completions.create(
-            model=model, messages=prompts.messages(words, 424242),  # type: ignore[arg-type]
-            max_tokens=max_tokens, temperature=0,
-        )
-        used = resp.usage.prompt_tokens if resp.usage else None
-        if used is None:
+        _, usage = api.chat(model=model, messages=prompts.messages(words, 424242),
+                            max_tokens=max_tokens, temperature=0)
+        used = usage.get("prompt_tokens")
+        if not isinstance(used, int):
             raise CheckFailed("accepted, but the answer has no usage.prompt_tokens")
         if used < LONG_PROMPT_NEAR_FRACTION * mml:
             raise CheckFailed(f"only {used:,} prompt tokens of max_model_len {mml:,} were sent")
@@ -233,7 +272,8 @@ def run_smoke(
             try:
                 resp = http.get(target.base_url + path)  # deliberately without the key
             except httpx.HTTPError as exc:
-                raise CheckFailed(f"GET {path}: {type(exc).__name__}") from None
+                raise CheckFailed(f"GET {path}: {type(exc).__name__}: {one_line(exc, 120)}"
+                                  ) from None
             if resp.status_code in (401, 403):
                 return f"GET {path} without the key: HTTP {resp.status_code}"
             raise CheckFailed(
@@ -247,12 +287,17 @@ def run_smoke(
     run("tool call", tool_call)
     run("image input", image)
     run("long prompt", long_prompt)
+
     def bypass() -> str:
         if not opts.expect_auth:
             raise _Skip("the API-key proxy is off (access.api_key_proxy = false)")
         for method, raw_path in BYPASS_PROBES:
+            left = deadline_at - clock()
+            if left <= 0:
+                raise CheckFailed(f"the overall deadline of {opts.deadline_s:g} s passed")
             try:
-                status = raw_status(target, method, raw_path, timeout_s=min(opts.timeout_s, 30))
+                status = raw_status(target, method, raw_path,
+                                    timeout_s=min(opts.timeout_s, 30, left))
             except OSError as exc:
                 raise CheckFailed(f"{method} {raw_path}: {type(exc).__name__}: "
                                   f"{one_line(exc, 80)}") from None
