@@ -33,7 +33,7 @@ COMMANDS: dict[str, _Entry] = {
     "wait": _Entry("wait", "Wait for queued resource ACTIVE (flex) -> node READY -> boot "
                    "phases -> /health, then print the endpoint."),
     "endpoint": _Entry("endpoint", "The server's base URL (the external IP changes with every "
-                       "new node: never hard-code it) and the command that prints its API key."),
+                       "new node: never hard-code it), its TLS certificate"),
     "smoke": _Entry("smoke", "Health, a chat completion, a get_weather tool call, an image, a "
                     "prompt near max_model_len, and (with the API-key proxy) refusals without "
                     "the key."),
