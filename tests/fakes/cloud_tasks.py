@@ -29,8 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Self
 
-from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
+
+from tests.fakes.metadata import LoopbackServer
 
 DEFAULT_TOKEN = "fake-tasks-token"
 MAX_AHEAD_S = 30 * 24 * 3600  # "scheduleTime ... cannot be more than 30 days in the future"
@@ -95,11 +96,6 @@ class Dispatch:
     status: int
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 class FakeCloudTasks:
     def __init__(self, *, token: str = DEFAULT_TOKEN,
                  clock: Callable[[], float] = time.time) -> None:
@@ -111,20 +107,15 @@ class FakeCloudTasks:
         self.requests: list[tuple[str, str, Any]] = []
         self.dispatched: list[Dispatch] = []
         self._lock = threading.RLock()
-        self._server: Any = None
+        self._server = LoopbackServer(self._locked)
 
     # -- lifecycle
     def start(self) -> Self:
-        self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True,
-                                   request_handler=_Quiet)
-        threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True).start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        self._server.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -134,7 +125,7 @@ class FakeCloudTasks:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/"
+        return f"http://127.0.0.1:{self._server.port}/"
 
     def environ(self) -> dict[str, str]:
         return {"CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDTASKS": self.url}
@@ -170,11 +161,9 @@ class FakeCloudTasks:
         return out
 
     # -- HTTP
-    def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
-        request = Request(environ)
+    def _locked(self, request: Request) -> Response:
         with self._lock:
-            response = self._handle(request)
-        return response(environ, start_response)
+            return self._handle(request)
 
     def _handle(self, request: Request) -> Response:
         raw = request.get_data(as_text=True)
