@@ -333,6 +333,19 @@ class CredentialsError(ApiError):
         )
 
 
+def _auth_error(exc: Exception, action: str, service: str) -> Exception:
+    """google.auth's errors from a token refresh as ApiErrors; anything else unchanged."""
+    if not type(exc).__module__.startswith("google.auth"):
+        return exc
+    from google.auth import exceptions as auth_exceptions
+
+    if isinstance(exc, auth_exceptions.RefreshError):
+        detail = " ".join(str(exc).split())[:200]
+        return CredentialsError(f"the credentials could not be refreshed ({detail})")
+    return ApiError(0, "UNAVAILABLE", f"{type(exc).__name__} refreshing the access token",
+                    action=action, service=service)
+
+
 def authorized_session(environ: Mapping[str, str] | None = None) -> requests.Session:
     """A requests session that authenticates every call (token variable, else ADC)."""
     env = os.environ if environ is None else environ
@@ -496,6 +509,10 @@ class GoogleApi:
                     0, "UNAVAILABLE", f"{type(exc).__name__} reaching {urlsplit(self.root).netloc}",
                     action=action, service=self.service,
                 ) from None
+            except Exception as exc:
+                # ADC sessions refresh their token inside request(): google.auth's own errors
+                # (a transport fault: transient; a refused refresh: one line) are ours too.
+                raise _auth_error(exc, action, self.service) from None
             if resp.status_code >= 400:
                 raise ApiError.from_response(resp, action=action, service=self.service,
                                              token_in_env=self._token_in_env)
