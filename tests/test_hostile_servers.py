@@ -127,3 +127,24 @@ def test_a_silent_stream_is_cut_by_the_idle_watchdog(tmp_path: Path) -> None:
                         "--repetitions", "1", "--output-tokens", "8", "--out", str(tmp_path),
                         "--timeout", "1", env={"OPENAI_API_KEY": API_KEY})
     assert_one_line_error(result, "warm-up request", "1 s without a chunk")
+
+
+def test_smoke_against_trickled_headers_ends_at_its_deadline() -> None:
+    """A read timeout bounds each read; headers trickled one byte at a time never trip it."""
+    with HostileServer("headers", interval_s=0.2, models_too=True) as base:
+        result = invoke("smoke", "--endpoint", base, "--model", "m", "--deadline", "1",
+                        "--timeout", "60", "--json", env={"OPENAI_API_KEY": API_KEY})
+    assert result.exit_code == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    checks = _checks(result.stdout)
+    assert "overall deadline of 1 s passed" in checks["health"]["detail"]
+    assert all(c["result"] == "fail" and "deadline" in c["detail"]
+               for c in checks.values() if c["result"] != "skip")
+
+
+def test_bench_against_trickled_headers_is_one_line(tmp_path: Path) -> None:
+    with HostileServer("headers", interval_s=0.2, models_too=True) as base:
+        result = invoke("bench", "--endpoint", base, "--contexts", "16", "--clients", "2",
+                        "--out", str(tmp_path), "--deadline", "1", "--timeout", "60",
+                        env={"OPENAI_API_KEY": API_KEY})
+    assert_one_line_error(result, "list models", "overall deadline of 1 s passed")

@@ -9,6 +9,8 @@ Everything else, depending on `mode`:
 - "endless": a 200 chunked answer that never ends, as fast as the socket takes it (an endless
   JSON array, or endless SSE token chunks for a streamed chat).
 - "silent": headers, then nothing.
+- "headers": the status line, then one header byte every `interval_s`, forever (a read
+  timeout, which bounds each read, never fires).
 
 `models_too`: /v1/models misbehaves as well (smoke's second check).
 """
@@ -92,7 +94,8 @@ class HostileServer:
                 elif path == "/v1/models" and not self.models_too:
                     card = {"id": self.model, "object": "model", "max_model_len": 4096}
                     self._plain(w, 200, json.dumps({"object": "list", "data": [card]}).encode())
-                elif path == "/health" and method == "GET" and self.mode != "trickle":
+                elif (path == "/health" and method == "GET"
+                      and self.mode not in ("trickle", "headers")):
                     self._plain(w, 200, b"")
                 else:
                     await self._misbehave(w, stream=bool(body.get("stream")))
@@ -108,6 +111,12 @@ class HostileServer:
 
     async def _misbehave(self, w: asyncio.StreamWriter, *, stream: bool) -> None:
         ctype = b"text/event-stream" if stream else b"application/json"
+        if self.mode == "headers":
+            w.write(b"HTTP/1.1 200 OK\r\nX-Trickle: ")
+            while True:
+                w.write(b"a")
+                await w.drain()
+                await asyncio.sleep(self.interval_s)
         if self.mode == "endless":
             w.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype
                     + b"\r\ntransfer-encoding: chunked\r\n\r\n")

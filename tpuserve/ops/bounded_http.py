@@ -17,10 +17,14 @@ reports these too.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
+
+T = TypeVar("T")
 
 # /tokenize answers one id per prompt token: a 1M-token prompt is ~8 MB of JSON.
 DEFAULT_MAX_BYTES = 32 << 20
@@ -56,6 +60,28 @@ class Deadline:
 
     def describe(self) -> str:
         return f"the overall deadline of {self.seconds:g} s" if self.seconds else "no deadline"
+
+
+def within(seconds: float, call: Callable[[], T], expired: Callable[[], Exception]) -> T:
+    """CALL's result, or EXPIRED() once SECONDS pass. A read timeout bounds each read, not a
+    server that trickles its status line and headers one byte at a time: the call runs in a
+    daemon thread, abandoned (its socket with it) when the deadline passes."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="bounded-http", daemon=True)
+    worker.start()
+    worker.join(max(seconds, 0.0))
+    if worker.is_alive():
+        raise expired()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class _CappedStream(httpx.SyncByteStream):
@@ -105,7 +131,13 @@ class BoundedTransport(httpx.BaseTransport):
                 timeouts[phase] = left if current is None else min(current, left)
             request.extensions["timeout"] = timeouts
         request.headers["Accept-Encoding"] = "identity"
-        response = self._inner.handle_request(request)
+        if left is None:
+            response = self._inner.handle_request(request)
+        else:
+            response = within(left, lambda: self._inner.handle_request(request),
+                              lambda: DeadlinePassed(
+                                  f"{self.deadline.describe()} passed while {request.url} was "
+                                  "sending its status line and headers", request=request))
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             response.close()

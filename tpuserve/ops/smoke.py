@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from . import png, prompts, server
+from .bounded_http import within
 from .errors import one_line
 from .server import ServerTarget
 
@@ -296,8 +297,11 @@ def run_smoke(
             if left <= 0:
                 raise CheckFailed(f"the overall deadline of {opts.deadline_s:g} s passed")
             try:
-                status = raw_status(target, method, raw_path,
-                                    timeout_s=min(opts.timeout_s, 30, left))
+                # A status line trickled byte by byte outlives any read timeout: `within`.
+                status = within(left, lambda m=method, p=raw_path, t=left: raw_status(
+                    target, m, p, timeout_s=min(opts.timeout_s, 30, t)),
+                    lambda: CheckFailed(f"the overall deadline of {opts.deadline_s:g} s "
+                                        "passed while the server was answering"))
             except OSError as exc:
                 raise CheckFailed(f"{method} {raw_path}: {type(exc).__name__}: "
                                   f"{one_line(exc, 80)}") from None
