@@ -246,6 +246,19 @@ def test_a_refused_delete_of_a_qr_that_is_not_provisioning_is_reported_at_once(a
     assert len(api.calls("DELETE")) == 1 and clock.slept == []
 
 
+def test_a_delete_whose_reads_fail_longer_than_their_retries_polls_on(api) -> None:
+    """More failures than one read's tries: the delete's wait polls again, as create's does."""
+    clock = Clock()
+    clock.hooks.append(lambda: api.advance(QR_ID))
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=flex_body(PROJECT, ZONE, QR_ID))
+    api.fail_next(503, "UNAVAILABLE", "The service is currently unavailable.", method="GET",
+                  path_contains=f"/queuedResources/{QR_ID}", times=8)
+    seen = Seen()
+    assert client_for(api, clock).delete_queued_resource(REF, on_progress=seen) is True
+    assert any(s.startswith("UNREADABLE (503") for s in seen.states), seen.states
+    assert seen.states[-1] == MISSING and api.state_of(QR_ID) is None
+
+
 # ---------------------------------------------------------------- unknown states
 
 

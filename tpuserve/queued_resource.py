@@ -640,8 +640,12 @@ class TpuClient(GoogleApi):
             waiting = (f"PROVISIONING (cannot be deleted until provisioning ends; retrying for "
                        f"up to {timeout:.0f} s)")
             while True:
-                qr = self.get_queued_resource(ref)
+                qr, state = self._poll(ref)
                 elapsed = self.clock() - start
+                if state.startswith(UNREADABLE):  # transient faults outlasted their retries
+                    progress(state, elapsed)
+                    self._unreadable_pause(ref, elapsed, timeout)
+                    continue
                 if qr is None:
                     progress(MISSING, elapsed)
                     return False
@@ -663,7 +667,11 @@ class TpuClient(GoogleApi):
                     if exc.code not in DELETE_REFUSAL_CODES:
                         raise
                     # The refusal's words vary; the QR's own state says whether to wait.
-                    now = self.get_queued_resource(ref)
+                    now, state = self._poll(ref)
+                    if state.startswith(UNREADABLE):
+                        progress(state, elapsed)
+                        self._unreadable_pause(ref, elapsed, timeout)
+                        continue
                     if now is None:
                         progress(MISSING, self.clock() - start)
                         return False
@@ -685,6 +693,15 @@ class TpuClient(GoogleApi):
             self.wait_for_state(ref, {MISSING}, timeout=remaining, fail_states=(),
                                 on_progress=progress, operation=op)
         return True
+
+    def _unreadable_pause(self, ref: QueuedResourceRef, elapsed: float, timeout: float) -> None:
+        """In a delete's wait: past `timeout` a WaitTimeout, else one poll interval."""
+        if elapsed >= timeout:
+            raise WaitTimeout(
+                f"queued resource {ref.name} could not be read for {elapsed:.0f} s (transient "
+                "API errors) -> run the delete again (cdktf destroy flex)"
+            )
+        self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
 
     def wait_for_state(
         self, ref: QueuedResourceRef, targets: Collection[str], *, timeout: float,
