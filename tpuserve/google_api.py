@@ -501,8 +501,11 @@ class GoogleApi:
 
         def answer() -> dict[str, Any]:
             try:
+                timeout = self.timeout
+                if self.deadline is not None:  # one try never outlives the command's timeout
+                    timeout = min(timeout, max(1.0, self.deadline - self._clock()))
                 resp = self.session.request(
-                    method, url, params=params, json=body, timeout=self.timeout
+                    method, url, params=params, json=body, timeout=timeout
                 )
             except requests.RequestException as exc:
                 raise ApiError(
