@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tpuserve.checks import all_warnings, checked_deployments
-from tpuserve.config import ConfigError, Deployment
+from tpuserve.config import ConfigError, Deployment, shared_resource_warnings
 
 if TYPE_CHECKING:
     from stacks.cdk import App as CdkApp
@@ -46,6 +46,8 @@ def main() -> int:
     for name, d in deployments.items():
         for warning in all_warnings(d):
             print(f"tpuserve: warning: [{name}] {warning}", file=sys.stderr)
+    for warning in shared_resource_warnings(deployments):
+        print(f"tpuserve: warning: {warning}", file=sys.stderr)
     # Absolute: jsii's node process keeps the cwd it started with. The cdktf CLI names the
     # directory in CDKTF_OUTDIR.
     outdir = os.environ.get("CDKTF_OUTDIR") or os.path.abspath("cdktf.out")

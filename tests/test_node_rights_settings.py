@@ -61,3 +61,26 @@ def test_max_run_hours_is_bounded_by_the_cloud_tasks_schedule() -> None:
     assert msg.startswith("[spot] stack.max_run_hours = 721")
     assert "at most 720" in msg and "30 days ahead" in msg
     assert ok(stack_spot={"max_run_hours": 720})["spot"].stack.max_run_hours == 720
+
+
+def test_stacks_that_would_each_create_the_deployments_resources_are_warned() -> None:
+    from tpuserve.config import build_deployments, load_raw, shared_resource_warnings
+
+    raw = load_raw(environ={})
+    both, guard = shared_resource_warnings(build_deployments(raw))
+    assert both.startswith("stacks spot, ondemand, flex each create the network tpuserve-net")
+    assert guard.startswith("stacks spot, ondemand each create the billing-guard account")
+    assert "[stacks.NAME.gcp] deployment" in both
+    raw["stacks"]["ondemand"] = {**raw["stacks"]["ondemand"], "gcp": {"deployment": "od"}}
+    raw["stacks"]["flex"] = {**raw["stacks"]["flex"], "gcp": {"network": "my-vpc"}}
+    assert shared_resource_warnings(build_deployments(raw)) == []
+
+
+def test_the_default_network_warns_by_name_or_by_path() -> None:
+    from tpuserve.config import build_deployments, deployment_warnings, load_raw
+
+    for network in ("default", "projects/my-proj-1/global/networks/default"):
+        raw = load_raw(environ={})
+        raw["gcp"] = {**raw.get("gcp", {}), "network": network}
+        d = build_deployments(raw)["spot"]
+        assert any("default" in w and "0.0.0.0/0" in w for w in deployment_warnings(d)), network

@@ -805,6 +805,27 @@ def load_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Depl
     return build_deployments(load_raw(environ=environ))
 
 
+def shared_resource_warnings(deployments: Mapping[str, Deployment]) -> list[str]:
+    """Stacks that would each create one of the deployment's long-lived resources.
+
+    The network and the billing guard's identity and queue are named for the deployment, but
+    until a shared base holds them each stack declares them in its own Terraform state: a
+    second such stack of one deployment and project fails with 409 "already exists"."""
+    owners: dict[str, list[str]] = {}
+    for name, d in deployments.items():
+        if d.creates_network:
+            owners.setdefault(f"network {d.network_name} in project {d.gcp.project}",
+                              []).append(name)
+        if d.has_billing_guard:
+            owners.setdefault(f"billing-guard account and queue {d.guard_service_account_id} "
+                              f"in project {d.gcp.project}", []).append(name)
+    return [
+        f"stacks {', '.join(names)} each create the {what}: deploy one of them at a time, or "
+        "give each its own `[stacks.NAME.gcp] deployment`"
+        for what, names in owners.items() if len(names) > 1
+    ]
+
+
 def deployment_warnings(d: Deployment) -> list[str]:
     """Soft rules of the settings themselves (capacity ones: tpuserve.checks)."""
     v = d.vllm
@@ -844,7 +865,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
             f"stack.max_run_hours = 0: the billing guard is off; {d.stack.provisioning_model} "
             f"bills ${d.usd_per_hour:.4f}/h until deleted, ${monthly:,.0f} a month (SPEC 7)"
         )
-    if d.gcp.network == "default":
+    if d.gcp.network is not None and d.gcp.network.rsplit("/", 1)[-1] == "default":
         out.append(
             "gcp.network = 'default': its pre-made rules (default-allow-ssh, -rdp, -icmp from "
             "0.0.0.0/0) apply to the node and its external IP next to tpuserve's own; unset "
