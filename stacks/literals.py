@@ -41,8 +41,10 @@ def escape_literals(value: Any) -> Any:
         for i in range(0, len(parts), 2):
             literal = escape_text(parts[i])
             if literal.endswith("$") and i + 1 < len(parts):
-                # "$" then "${ref}" would read as the escape "$${": write the "$" as an expression.
-                literal = literal[:-1] + '${"$"}'
+                # "$" then "${ref}" would read as the escape "$${": the whole run of "$" before
+                # the reference becomes one expression (a lone "$" kept would pair up again).
+                run = len(literal) - len(literal.rstrip("$"))
+                literal = literal[:-run] + '${"' + "$" * run + '"}'
             parts[i] = literal
         return "".join(parts)
     if isinstance(value, dict):

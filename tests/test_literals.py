@@ -6,6 +6,8 @@ stacks; tests/test_hostile_values.py with hostile values.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from stacks.literals import TOKEN, changed_leaves, escape_literals, escape_text, tf_ref
@@ -35,3 +37,15 @@ def test_tf_ref_is_a_token() -> None:
     ref = tf_ref("self.input.name")
     assert TOKEN.fullmatch(ref)
     assert escape_literals(ref + "/x") == ref + "/x"
+
+
+@pytest.mark.skipif(shutil.which("terraform") is None, reason="terraform is not installed")
+def test_a_run_of_dollars_before_a_reference_stays_literal(tmp_path) -> None:
+    """Terraform itself reads the escaped text: any number of "$" just before a reference."""
+    from tests.test_terraform_strings import apply_outputs
+
+    token = "${TfToken[TOKEN.7]}"
+    cases = {f"d{n}": "a" + "$" * n for n in (1, 2, 3, 4)}
+    got = apply_outputs({name: escape_literals(text + token).replace(token, "${path.module}")
+                         for name, text in cases.items()}, tmp_path)
+    assert got == {name: text + "." for name, text in cases.items()}
