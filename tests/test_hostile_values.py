@@ -12,7 +12,6 @@ nginx config through `nginx -t` (Debian's nginx), and one `terraform apply` for 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import shutil
@@ -24,6 +23,7 @@ import pytest
 
 from stacks.literals import escape_literals
 from tests.nginx_support import NGINX
+from tests.terraform_support import apply_outputs
 from tpuserve.config import REPO_ROOT, Deployment, load_raw, validate
 from tpuserve.startup import render_startup, startup_context, vllm_command
 
@@ -290,14 +290,8 @@ def test_terraform_evaluates_every_value_to_the_literal(landed, tmp_path: Path) 
     outputs["dollar_ref"] = {"value": escape_literals("a$${TfToken[TOKEN.1]}").replace(
         "${TfToken[TOKEN.1]}", "${path.module}")}
     values["dollar_ref"] = "a$."
-    (tmp_path / "main.tf.json").write_text(json.dumps({"output": outputs}))
-    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1"}
-    env.pop("TF_CLI_CONFIG_FILE", None)
-    run = {"cwd": tmp_path, "env": env, "capture_output": True, "text": True, "check": True}
-    subprocess.run([TERRAFORM, "init", "-input=false", "-no-color"], **run)
-    subprocess.run([TERRAFORM, "apply", "-auto-approve", "-input=false", "-no-color"], **run)
-    got = json.loads(subprocess.run([TERRAFORM, "output", "-json"], **run).stdout)
-    assert {k: v["value"] for k, v in got.items()} == values
+    got = apply_outputs({k: o["value"] for k, o in outputs.items()}, tmp_path)
+    assert got == values
 
 
 def test_no_template_writes_a_value_into_a_comment_or_a_heredoc() -> None:

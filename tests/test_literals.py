@@ -42,7 +42,7 @@ def test_tf_ref_is_a_token() -> None:
 @pytest.mark.skipif(shutil.which("terraform") is None, reason="terraform is not installed")
 def test_a_run_of_dollars_before_a_reference_stays_literal(tmp_path) -> None:
     """Terraform itself reads the escaped text: any number of "$" just before a reference."""
-    from tests.test_terraform_strings import apply_outputs
+    from tests.terraform_support import apply_outputs
 
     token = "${TfToken[TOKEN.7]}"
     cases = {f"d{n}": "a" + "$" * n for n in (1, 2, 3, 4)}

@@ -20,6 +20,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.test_review import git
 from tpuserve.cli import review as review_cli
 from tpuserve.review import review, synth_env
 
@@ -78,15 +79,6 @@ def planted(tmp_path: Path) -> dict[str, str]:
         "SSH_AUTH_SOCK": str(tmp_path / f"{CANARY}-agent.sock"),
         "TPUSERVE_PROJECT": "review-project",
     }
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
-         "-c", "commit.gpgsign=false", *args],
-        cwd=repo, env=env, check=True, capture_output=True, text=True,
-    ).stdout.strip()
 
 
 def hunter_repo(root: Path, report: Path) -> tuple[str, str]:

@@ -11,11 +11,8 @@ checked like any other string.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from typing import Any
 import pytest
 
 from stacks.local_exec import PYTHON
+from tests.terraform_support import apply_outputs
 from tpuserve.startup import render_startup
 
 TERRAFORM = shutil.which("terraform")
@@ -69,19 +67,6 @@ def split_template(text: str) -> tuple[str, list[str]]:
 def literal(text: str) -> str:
     """What Terraform makes of escaped literal text."""
     return text.replace("$${", "${").replace("%%{", "%{")
-
-
-def apply_outputs(outputs: dict[str, str], workdir: Path) -> dict[str, str]:
-    """Each value as a Terraform output, applied once: {name: what Terraform made of it}."""
-    (workdir / "main.tf.json").write_text(json.dumps(
-        {"output": {name: {"value": value} for name, value in outputs.items()}}))
-    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1"}
-    env.pop("TF_CLI_CONFIG_FILE", None)
-    run = {"cwd": workdir, "env": env, "capture_output": True, "text": True, "check": True}
-    subprocess.run([TERRAFORM, "init", "-input=false", "-no-color"], **run)
-    subprocess.run([TERRAFORM, "apply", "-auto-approve", "-input=false", "-no-color"], **run)
-    got = json.loads(subprocess.run([TERRAFORM, "output", "-json"], **run).stdout)
-    return {name: v["value"] for name, v in got.items()}
 
 
 def test_every_template_sequence_is_a_genuine_reference(synthesized) -> None:
