@@ -11,8 +11,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tpuserve.checks import all_warnings, checked_deployments
-from tpuserve.config import ConfigError, Deployment, shared_resource_warnings
+from tpuserve.settings.loader import all_warnings, checked_deployments
+from tpuserve.settings.models import ConfigError, Deployment, shared_resource_warnings
 
 if TYPE_CHECKING:
     from stacks.cdk import App as CdkApp

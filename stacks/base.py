@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tpuserve.config import Deployment
-from tpuserve.startup import render_startup
+from tpuserve.render.boot_script import render_startup
+from tpuserve.settings.models import Deployment
 
 from .cdk import (
     Aspects,

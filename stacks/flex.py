@@ -23,14 +23,14 @@ import hashlib
 import json
 from typing import Any
 
-from tpuserve.config import Deployment, parse_duration
-from tpuserve.queued_resource import (
+from tpuserve.gcp.queued_resource import (
     ENV_BODY,
     ENV_GENERATION,
     ENV_NAME,
     build_body,
     ref_for,
 )
+from tpuserve.settings.models import Deployment, parse_duration
 
 from .base import ServingStack
 from .cdk import (

@@ -9,8 +9,8 @@ versions are added out of band (README), so none lands in state or plans.
 
 from __future__ import annotations
 
-from tpuserve.config import IAP_RANGE, Deployment
-from tpuserve.google_api import CLOUD_PLATFORM_SCOPE
+from tpuserve.gcp.api import CLOUD_PLATFORM_SCOPE
+from tpuserve.settings.models import IAP_RANGE, Deployment
 
 from .cdk import (
     Construct,

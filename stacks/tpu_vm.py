@@ -7,15 +7,15 @@ createTime + stack.max_run_hours, and disarms it on destroy.
 
 from __future__ import annotations
 
-from tpuserve.billing_guard import (
+from tpuserve.gcp.billing_guard import (
     ENV_NODE,
     ENV_QUEUE,
     ENV_SECONDS,
     ENV_SERVICE_ACCOUNT,
     guard_target,
 )
-from tpuserve.config import Deployment
-from tpuserve.node_metadata import node_metadata
+from tpuserve.render.node_metadata import node_metadata
+from tpuserve.settings.models import Deployment
 
 from .base import ServingStack
 from .cdk import (

@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 import tests.fakes.tpu_api as tpu_fake
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
 from tpuserve.cli import app
-from tpuserve.config import Deployment, load_deployments
+from tpuserve.settings.models import Deployment, load_deployments
 
 PROJECT = "tpuserve-test"
 ZONE = "us-west4-a"

@@ -20,7 +20,7 @@ import pytest
 
 # The CLI tests' fixtures (fake TPU API, fake OpenAI server, a config pointing at them).
 from tests.cli_support import cli_env, fake_oai, fake_tpu  # noqa: F401
-from tpuserve.config import Deployment, load_deployments
+from tpuserve.settings.models import Deployment, load_deployments
 
 
 @pytest.fixture(scope="session")

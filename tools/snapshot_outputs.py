@@ -18,6 +18,7 @@ snapshots with `diff -r OLD NEW`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -92,10 +93,8 @@ def _startup_scripts(doc: dict[str, Any]) -> list[str]:
             for v in value:
                 walk(v)
         elif isinstance(value, str) and value.startswith("{") and "startup-script" in value:
-            try:
+            with contextlib.suppress(ValueError):
                 walk(json.loads(value))
-            except ValueError:
-                pass
 
     walk(doc)
     return found

@@ -47,19 +47,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .capacity import plan_for
-from .checks import all_warnings, check_raw
-from .config import (
-    REPO_ROOT,
+from tpuserve.paths import REPO_ROOT
+from tpuserve.plan_gate import unique_keys
+from tpuserve.planner.arithmetic import COLD_START_S, WARM_START_S, GiB, Plan
+from tpuserve.render.boot_script import vllm_command
+from tpuserve.render.vllm_args import compile_cache_key, container_env
+from tpuserve.settings.capacity import plan_for
+from tpuserve.settings.flag_rules import MODEL_ARG, rule_for
+from tpuserve.settings.loader import all_warnings, check_raw
+from tpuserve.settings.models import (
     CapacitySettings,
     ConfigError,
     load_raw,
 )
-from .flag_rules import MODEL_ARG, rule_for
-from .plan_gate import unique_keys
-from .planner import COLD_START_S, WARM_START_S, GiB, Plan
-from .startup import vllm_command
-from .vllm_args import compile_cache_key, container_env
 
 # The first line of every review: the workflow finds its one comment by it.
 MARKER = "<!-- tpuserve-plan-review -->"

@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from tpuserve.config import Deployment
 from tpuserve.ops import bench as engine
 from tpuserve.ops import bench_report, server
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
+from tpuserve.settings.models import Deployment
 
 from . import common
 from .common import (

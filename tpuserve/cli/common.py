@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from tpuserve.config import STACK_NAMES, ConfigError, Deployment, load_deployments
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
+from tpuserve.settings.models import STACK_NAMES, ConfigError, Deployment, load_deployments
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -122,7 +122,7 @@ def command(fn: F) -> F:
 def _is_api_error(exc: Exception) -> bool:
     """An ApiError of the Google API edge, without importing the edge (and its HTTP stack)
     into commands that never call Google: if it was never imported, nothing raised one."""
-    api = sys.modules.get("tpuserve.google_api")
+    api = sys.modules.get("tpuserve.gcp.api")
     return api is not None and isinstance(exc, api.ApiError)
 
 
@@ -160,7 +160,7 @@ def node_api() -> Any:
 
 
 def qr_api() -> Any:
-    from tpuserve.queued_resource import TpuClient
+    from tpuserve.gcp.queued_resource import TpuClient
 
     return TpuClient()
 

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from tpuserve.config import Deployment
 from tpuserve.ops import tls
 from tpuserve.ops.boot_phases import NAMESPACE
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
+from tpuserve.settings.models import Deployment
 
 from . import common
 from .common import API_KEY_ENV, JsonOpt, StackArg, command, console, emit_json

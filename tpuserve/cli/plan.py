@@ -13,18 +13,18 @@ from typing import Annotated, Any
 
 import typer
 
-from tpuserve.capacity import plan_for
-from tpuserve.checks import all_warnings, check_raw
-from tpuserve.config import (
+from tpuserve.ops.errors import EXIT_USAGE, OpsError
+from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
+from tpuserve.planner.geometry import GeometryError
+from tpuserve.settings.capacity import plan_for
+from tpuserve.settings.loader import all_warnings, check_raw
+from tpuserve.settings.models import (
     STACK_NAMES,
     ConfigError,
     Deployment,
     deep_merge,
     load_raw,
 )
-from tpuserve.hf_geometry import GeometryError
-from tpuserve.ops.errors import EXIT_USAGE, OpsError
-from tpuserve.planner import ThroughputTable, load_geometry, load_throughput
 
 from .common import JsonOpt, command, console, emit_json, err_console
 
@@ -135,7 +135,9 @@ def plan(
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
     if png is not None:
-        from tpuserve import plan_report  # matplotlib and rich: only when they are used
+        from tpuserve.planner import (
+            report as plan_report,  # matplotlib and rich: only when they are used
+        )
 
         plan_report.write_png(result, png, provisioning=d.stack.provisioning_model)
         err_console.print(f"wrote {png}", markup=False)
@@ -143,7 +145,7 @@ def plan(
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json()}))
         return
-    from tpuserve import plan_report
+    from tpuserve.planner import report as plan_report
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")

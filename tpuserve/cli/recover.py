@@ -24,7 +24,7 @@ def recover(
     """Delete what is dead and re-run `npx cdktf deploy STACK --auto-approve` (override with
     TPUSERVE_DEPLOY_COMMAND, '{stack}' is replaced). A healthy stack is left alone (exit 0).
     Spot and on-demand: the node's billing guard (a Cloud Tasks task) is re-armed."""
-    from tpuserve.billing_guard import GuardApi
+    from tpuserve.gcp.billing_guard import GuardApi
 
     d = common.load_stack(stack)
     result = recovery.recover(

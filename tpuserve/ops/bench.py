@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuserve.planner import usd_per_million_tokens
+from tpuserve.planner.arithmetic import usd_per_million_tokens
 
 from . import loadgen, prompts
 from .bench_stats import CellStats, RepStats, rep_stats

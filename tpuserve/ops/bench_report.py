@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from tpuserve.planner import usd_per_million_tokens
+from tpuserve.planner.arithmetic import usd_per_million_tokens
 
 from .bench_stats import CellStats
 

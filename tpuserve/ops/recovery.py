@@ -7,7 +7,7 @@ recreates it.
 Bounded retries with backoff; every step is logged through a callback.
 
 Spot and on-demand nodes: recovery then re-arms the billing guard (a Cloud Tasks task at the
-node's createTime + max_run_hours, tpuserve.billing_guard), and a healthy node's guard is
+node's createTime + max_run_hours, tpuserve.gcp.billing_guard), and a healthy node's guard is
 re-armed too. Arming is idempotent: an armed node keeps its one task.
 
 Ctrl-C: a deletion already requested completes on Google's side; a running deployment gets
@@ -26,15 +26,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tpuserve.config import REPO_ROOT, Deployment
-from tpuserve.google_api import ApiError
-from tpuserve.queued_resource import (
+from tpuserve.gcp.api import ApiError
+from tpuserve.gcp.queued_resource import (
     ALIVE_STATES,
     QueuedResource,
     QueuedResourceError,
     QueuedResourceRef,
     ref_for,
 )
+from tpuserve.paths import REPO_ROOT
+from tpuserve.settings.models import Deployment
 
 from .errors import EXIT_INTERRUPTED, OpsError
 from .stack_status import RECOVERABLE_NODE_STATES, RECOVERABLE_QR_STATES
@@ -222,7 +223,7 @@ def recover(
 
 
 def _rearm(d: Deployment, guard: GuardOps, result: RecoveryResult, say: Log) -> None:
-    from tpuserve.billing_guard import GuardError  # lazy: flex-only users never load it
+    from tpuserve.gcp.billing_guard import GuardError  # lazy: flex-only users never load it
 
     try:
         result.guard = guard.arm(d)

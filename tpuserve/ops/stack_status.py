@@ -9,15 +9,15 @@ from typing import Any, Protocol
 
 import httpx
 
-from tpuserve.config import Deployment, parse_duration
-from tpuserve.planner import cost_for_hours
-from tpuserve.queued_resource import (
+from tpuserve.gcp.queued_resource import (
     DEAD_STATES,
     KNOWN_STATES,
     MISSING,
     QueuedResource,
     ref_for,
 )
+from tpuserve.planner.arithmetic import cost_for_hours
+from tpuserve.settings.models import Deployment, parse_duration
 
 from . import server, tls
 from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time
@@ -118,7 +118,7 @@ class StackStatus:
             return None, "none: billing guard off (stack.max_run_hours = 0)"
         if created is None:
             return None, f"billing guard {hours:g} h"
-        # The guard's Cloud Tasks task fires at exactly this time (tpuserve.billing_guard);
+        # The guard's Cloud Tasks task fires at exactly this time (tpuserve.gcp.billing_guard);
         # nodes booted by an older script may still report their own deadline (above).
         return created + dt.timedelta(hours=hours), (
             f"billing guard {hours:g} h (createTime + max_run_hours)")

@@ -1,7 +1,7 @@
 """TPU nodes and their guest attributes through google-cloud-tpu's v2 client (REST transport).
 
 REST, not gRPC, so gcloud's `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` can point it at any root
-(a fake on 127.0.0.1 in tests); credentials follow tpuserve.google_api (the
+(a fake on 127.0.0.1 in tests); credentials follow tpuserve.gcp.api (the
 `CLOUDSDK_AUTH_ACCESS_TOKEN` bearer token, else Application Default Credentials). Every API
 failure becomes google_api.ApiError: one line with the status, the message and what to do,
 rendered by the same code as the REST path's. Transient failures are retried by the REST
@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tpuserve.config import Deployment
-from tpuserve.google_api import (
+from tpuserve.gcp.api import (
     TOKEN_ENV,
     TPU_API,
     ApiError,
@@ -31,6 +30,7 @@ from tpuserve.google_api import (
     credentials,
     retry_after_seconds,
 )
+from tpuserve.settings.models import Deployment
 
 # One API call's deadline; transient failures are retried by the policy (RetryPolicy).
 CALL_TIMEOUT_S = 30.0

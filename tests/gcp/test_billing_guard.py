@@ -1,0 +1,264 @@
+"""The billing guard off the node: arming, re-arming and disarming a Cloud Tasks task against
+the fake Cloud Tasks and TPU APIs, the task firing the node's deletion, and the fake's own
+fidelity (it refuses what the real API refuses)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.cloud_tasks import FakeCloudTasks
+from tests.fakes.tpu_api import FakeTpuApi
+from tpuserve.gcp.api import TOKEN_ENV, GoogleApi
+from tpuserve.gcp.billing_guard import (
+    ENV_NODE,
+    ENV_QUEUE,
+    ENV_SECONDS,
+    ENV_SERVICE_ACCOUNT,
+    CloudTasks,
+    GuardError,
+    GuardTarget,
+    arm,
+    build_task,
+    disarm,
+    guard_seconds,
+    guard_target,
+    main,
+)
+from tpuserve.settings.models import Deployment
+
+CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
+TOKEN = "ya29.deployer-token"
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Apis:
+    def __init__(self, d: Deployment) -> None:
+        self.d = d
+        self.clock = Clock(CREATED)
+        # token=None: the TPU fake takes any bearer token, so a dispatched task can call it.
+        self.tpu = FakeTpuApi(token=None, clock=self.clock).start()
+        self.tasks = FakeCloudTasks(token=TOKEN, clock=self.clock).start()
+        self.tasks.add_queue(d.guard_queue)
+        self.env = {**self.tasks.environ(), "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.tpu.url,
+                    TOKEN_ENV: TOKEN}
+        target = guard_target(d)
+        assert target is not None
+        self.target = target
+
+    def seed_node(self, at: float) -> None:
+        self.clock.t = at
+        self.tpu.nodes.pop(self.d.node_path, None)
+        self.tpu.seed_node(self.d.gcp.project, self.d.gcp.zone, self.d.node_name)
+
+    def arm(self) -> Any:
+        return arm(self.target, tasks=CloudTasks(environ=self.env),
+                   tpu=GoogleApi("tpu", "https://tpu.googleapis.com/", environ=self.env))
+
+    def stop(self) -> None:
+        self.tpu.stop()
+        self.tasks.stop()
+
+
+@pytest.fixture
+def apis(deployments: dict[str, Deployment]) -> Iterator[Apis]:
+    a = Apis(deployments["spot"])
+    try:
+        yield a
+    finally:
+        a.stop()
+
+
+def test_the_guard_applies_to_spot_and_ondemand_only(deployments: dict[str, Deployment]) -> None:
+    spot = guard_target(deployments["spot"])
+    assert spot is not None and spot.max_run_seconds == 8 * 3600  # default.toml: 8 h
+    assert spot.service_account == "tpuserve-guard@tpuserve-placeholder.iam.gserviceaccount.com"
+    assert guard_target(deployments["ondemand"]) is not None
+    assert guard_target(deployments["flex"]) is None  # flex stops by itself (SPEC 2)
+    off = deployments["spot"].model_copy(update={
+        "stack": deployments["spot"].stack.model_copy(update={"max_run_hours": 0})})
+    assert guard_target(off) is None
+    assert guard_seconds(0.5) == 1800 and guard_seconds(1e-6) == 1  # never rounds to off
+
+
+def test_the_task_is_a_one_shot_delete_as_the_guard_account(apis: Apis) -> None:
+    created = dt.datetime.fromtimestamp(CREATED, dt.UTC)
+    task = build_task(apis.target, created)
+    assert task == {
+        "name": f"{apis.d.guard_queue}/tasks/tpuserve-spot-{CREATED}",
+        "scheduleTime": "2026-01-01T08:00:00Z",
+        "httpRequest": {
+            "url": "https://tpu.googleapis.com/v2/projects/tpuserve-placeholder/locations/"
+                   "us-west4-a/nodes/tpuserve-spot",
+            "httpMethod": "DELETE",
+            "oauthToken": {
+                "serviceAccountEmail": "tpuserve-guard@tpuserve-placeholder.iam."
+                                       "gserviceaccount.com",
+                "scope": "https://www.googleapis.com/auth/cloud-platform",
+            },
+        },
+    }
+
+
+def test_arming_creates_one_task_at_create_time_plus_max_run_and_is_idempotent(
+    apis: Apis,
+) -> None:
+    apis.seed_node(CREATED)
+    apis.clock.t = CREATED + 300  # armed five minutes after the node was created
+    first = apis.arm()
+    assert first.created and first.removed == ()
+    assert first.deadline == dt.datetime(2026, 1, 1, 8, tzinfo=dt.UTC)
+    before = dt.datetime(2026, 1, 1, 7, 59, tzinfo=dt.UTC)
+    assert first.describe(before) == "billing guard armed: deletes the node at 2026-01-01T08:00:00Z"
+    after = dt.datetime(2026, 1, 1, 8, tzinfo=dt.UTC)
+    assert "(already past: Cloud Tasks runs it now)" in first.describe(after)
+    again = apis.arm()
+    assert not again.created and again.task == first.task
+    assert apis.tasks.task_names() == [first.task]
+    posts = [r for r in apis.tasks.requests if r[0] == "POST"]
+    assert len(posts) == 1
+    sent = json.loads(posts[0][2])
+    assert sent["task"]["httpRequest"]["url"] == f"{apis.tpu.url}v2/{apis.d.node_path}"
+
+
+def test_a_recreated_node_is_re_armed_and_the_old_deadline_removed(apis: Apis) -> None:
+    apis.seed_node(CREATED)
+    old = apis.arm()
+    apis.seed_node(CREATED + 7200)  # replaced two hours later under the same name
+    new = apis.arm()
+    assert new.created and new.removed == (old.task,)
+    assert apis.tasks.task_names() == [new.task]
+    assert new.deadline == dt.datetime(2026, 1, 1, 10, tzinfo=dt.UTC)
+
+
+def test_the_task_deletes_the_node_at_its_deadline_and_not_before(apis: Apis) -> None:
+    apis.seed_node(CREATED)
+    apis.arm()
+    tokens: list[str] = []
+
+    def token_for(email: str) -> str:
+        tokens.append(email)
+        return "guard-token"
+
+    assert apis.tasks.run_due(CREATED + 8 * 3600 - 1, token_for=token_for) == []
+    assert apis.tpu.calls("DELETE") == []
+    [fired] = apis.tasks.run_due(CREATED + 8 * 3600, token_for=token_for)
+    assert (fired.method, fired.status) == ("DELETE", 200)
+    assert tokens == [apis.d.guard_service_account_email]
+    assert [r.path for r in apis.tpu.calls("DELETE")] == [f"/v2/{apis.d.node_path}"]
+    assert apis.tpu.nodes[apis.d.node_path].state == "DELETING"
+
+
+def test_disarm_deletes_this_nodes_tasks_only(apis: Apis) -> None:
+    apis.seed_node(CREATED)
+    mine = apis.arm()
+    other = GuardTarget(apis.target.node.replace("tpuserve-spot", "tpuserve-ondemand"),
+                        apis.target.queue, apis.target.service_account, 3600)
+    apis.tpu.seed_node(apis.d.gcp.project, apis.d.gcp.zone, "tpuserve-ondemand")
+    theirs = arm(other, tasks=CloudTasks(environ=apis.env),
+                 tpu=GoogleApi("tpu", "https://tpu.googleapis.com/", environ=apis.env))
+    assert disarm(apis.target, tasks=CloudTasks(environ=apis.env)) == [mine.task]
+    assert apis.tasks.task_names() == [theirs.task]
+    assert disarm(apis.target, tasks=CloudTasks(environ=apis.env)) == []
+
+
+def test_no_node_or_no_queue_is_a_one_line_error(apis: Apis) -> None:
+    with pytest.raises(GuardError, match="does not exist: nothing to guard"):
+        apis.arm()
+    apis.seed_node(CREATED)
+    apis.tasks.queues.clear()
+    with pytest.raises(GuardError, match=r"404 NOT_FOUND.*tombstone.*gcp.deployment"):
+        apis.arm()
+
+
+def test_the_entry_point_arms_and_disarms_from_its_environment(apis: Apis) -> None:
+    apis.seed_node(CREATED)
+    env = {**apis.env, ENV_NODE: apis.target.node, ENV_QUEUE: apis.target.queue,
+           ENV_SERVICE_ACCOUNT: apis.target.service_account, ENV_SECONDS: "3600"}
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["arm"], environ=env, stdout=out, stderr=err) == 0, err.getvalue()
+    assert "armed: deletes the node at 2026-01-01T01:00:00Z" in out.getvalue()
+    assert main(["disarm"], environ=env, stdout=out, stderr=err) == 0
+    assert apis.tasks.task_names() == []
+    bad = {**env, ENV_SECONDS: "8h"}
+    assert main(["arm"], environ=bad, stdout=out, stderr=err) == 2
+    assert f"{ENV_SECONDS} = '8h'" in err.getvalue()
+    missing = {k: v for k, v in env.items() if k != ENV_QUEUE}
+    assert main(["arm"], environ=missing, stdout=out, stderr=err) == 2
+    assert f"missing {ENV_QUEUE}" in err.getvalue()
+
+
+# ------------------------------------------------------------------ the fake's fidelity
+def _post(tasks: FakeCloudTasks, queue: str, body: object) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(
+        f"{tasks.url}v2/{queue}/tasks", data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _good(apis: Apis) -> dict[str, Any]:
+    return build_task(apis.target, dt.datetime.fromtimestamp(CREATED, dt.UTC))
+
+
+def _mutated(apis: Apis, change: str) -> object:
+    task = _good(apis)
+    http = task["httpRequest"]
+    if change == "snake_case":
+        task["schedule_time"] = task.pop("scheduleTime")
+    elif change == "app_engine":
+        task["appEngineHttpRequest"] = {"relativeUri": "/x"}
+    elif change == "no_token":
+        del http["oauthToken"]
+    elif change == "both_tokens":
+        http["oidcToken"] = {"serviceAccountEmail": http["oauthToken"]["serviceAccountEmail"]}
+    elif change == "bad_time":
+        task["scheduleTime"] = "2026-01-01 08:00:00"
+    elif change == "too_far":
+        task["scheduleTime"] = "2026-02-01T00:00:01Z"
+    elif change == "foreign_name":
+        task["name"] = task["name"].replace("tpuserve-guard", "other-queue")
+    elif change == "bad_method":
+        http["httpMethod"] = "KILL"
+    elif change == "unknown_field":
+        http["timeout"] = "10s"
+    elif change == "no_url":
+        del http["url"]
+    return {"task": task}
+
+
+@pytest.mark.parametrize("change", [
+    "snake_case", "app_engine", "no_token", "both_tokens", "bad_time", "too_far",
+    "foreign_name", "bad_method", "unknown_field", "no_url",
+])
+def test_the_fake_refuses_what_the_api_refuses(apis: Apis, change: str) -> None:
+    status, body = _post(apis.tasks, apis.d.guard_queue, _mutated(apis, change))
+    assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT", body
+    assert apis.tasks.task_names() == []
+
+
+def test_the_fake_accepts_the_documented_shape_once(apis: Apis) -> None:
+    status, body = _post(apis.tasks, apis.d.guard_queue, {"task": _good(apis)})
+    assert status == 200 and body["scheduleTime"] == "2026-01-01T08:00:00Z"
+    assert _post(apis.tasks, apis.d.guard_queue, {"task": _good(apis)})[0] == 409
+    unnamed = {k: v for k, v in _good(apis).items() if k != "name"}
+    assert _post(apis.tasks, apis.d.guard_queue, {"task": unnamed})[0] == 200
+    assert _post(apis.tasks, apis.d.guard_queue, {"task": unnamed, "extra": 1})[0] == 400

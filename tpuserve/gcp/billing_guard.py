@@ -1,0 +1,295 @@
+"""Arm and disarm the billing guard: one Cloud Tasks task per node, off the node.
+
+The task deletes the node through the TPU API at `createTime + max_run_hours`, with an OAuth
+token of the guard service account (stacks/guard.py says why this design). Arming is
+idempotent and keyed on the live node: the task id is `<node>-<createTime epoch>`, so arming
+the same node twice is a no-op, and a node recreated under the same name gets a new task while
+the old node's task is deleted (it would otherwise delete the new node at the old deadline).
+
+Used by the TPU VM stacks' `terraform_data.billing_guard` provisioners
+(`python -m tpuserve.billing_guard arm|disarm`, inputs in TPUSERVE_GUARD_* variables) and by
+`tpuserve recover`, which re-arms after replacing a node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+from tpuserve.gcp.api import CLOUD_PLATFORM_SCOPE, TPU_API, ApiError, GoogleApi
+
+CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
+TASKS_VERSION = "v2"
+# Cloud Tasks refuses a scheduleTime more than 30 days ahead (config: max_run_hours <= 720).
+MAX_SCHEDULE_S = 30 * 24 * 3600
+
+ENV_NODE = "TPUSERVE_GUARD_NODE"  # projects/P/locations/Z/nodes/N
+ENV_QUEUE = "TPUSERVE_GUARD_QUEUE"  # projects/P/locations/R/queues/Q
+ENV_SERVICE_ACCOUNT = "TPUSERVE_GUARD_SERVICE_ACCOUNT"  # the guard's email
+ENV_SECONDS = "TPUSERVE_GUARD_MAX_RUN_SECONDS"
+
+_NODE_RE = re.compile(r"projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/locations/([a-z0-9-]+)/nodes/"
+                      r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)")
+_QUEUE_RE = re.compile(r"projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/locations/[a-z0-9-]+/queues/"
+                       r"[A-Za-z0-9-]{1,100}")
+_EMAIL_RE = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]\."
+                       r"iam\.gserviceaccount\.com")
+
+
+class GuardError(Exception):
+    """The guard cannot be armed; `str()` is one line saying why and what to do."""
+
+
+@dataclass(frozen=True)
+class GuardTarget:
+    """One node's guard: which node, which queue, as whom, after how long."""
+
+    node: str
+    queue: str
+    service_account: str
+    max_run_seconds: int
+
+    def __post_init__(self) -> None:
+        for what, value, rule in (("node", self.node, _NODE_RE), ("queue", self.queue, _QUEUE_RE),
+                                  ("service account", self.service_account, _EMAIL_RE)):
+            if not rule.fullmatch(value):
+                raise ValueError(f"billing guard {what} {value!r}: not a valid name")
+        if not 0 < self.max_run_seconds <= MAX_SCHEDULE_S:
+            raise ValueError(
+                f"billing guard max run {self.max_run_seconds} s: must be 1 s to 30 days "
+                "(Cloud Tasks schedules at most 30 days ahead)"
+            )
+
+    @property
+    def node_id(self) -> str:
+        return self.node.rsplit("/", 1)[1]
+
+
+def guard_target(d: Any) -> GuardTarget | None:
+    """The guard of a deployment (a settings Deployment), or None: flex stops by itself
+    (SPEC 2) and max_run_hours = 0 turns the guard off."""
+    if not d.has_billing_guard:
+        return None
+    return GuardTarget(d.node_path, d.guard_queue, d.guard_service_account_email,
+                       guard_seconds(d.stack.max_run_hours))
+
+
+def guard_seconds(max_run_hours: float) -> int:
+    """At least one second: a fraction of an hour never rounds the guard off."""
+    return max(1, round(max_run_hours * 3600))
+
+
+def rfc3339(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> dt.datetime:
+    """An RFC 3339 timestamp as the TPU API writes createTime (nanoseconds allowed)."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text)
+    if not m:
+        raise GuardError(f"createTime {text!r}: not an RFC 3339 timestamp")
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    return dt.datetime.fromisoformat(m.group(1) + zone)
+
+
+def task_id(node_id: str, created: dt.datetime) -> str:
+    return f"{node_id}-{int(created.timestamp())}"
+
+
+def build_task(target: GuardTarget, created: dt.datetime, *, tpu_root: str = TPU_API,
+               ) -> dict[str, Any]:
+    """The Cloud Tasks `Task` (v2 REST shape) that deletes the node at its deadline. Pure."""
+    deadline = created + dt.timedelta(seconds=target.max_run_seconds)
+    return {
+        "name": f"{target.queue}/tasks/{task_id(target.node_id, created)}",
+        "scheduleTime": rfc3339(deadline),
+        "httpRequest": {
+            "url": f"{tpu_root}v2/{target.node}",
+            "httpMethod": "DELETE",
+            "oauthToken": {
+                "serviceAccountEmail": target.service_account,
+                "scope": CLOUD_PLATFORM_SCOPE,
+            },
+        },
+    }
+
+
+class CloudTasks(GoogleApi):
+    """The three Cloud Tasks calls the guard makes (v2 REST)."""
+
+    def __init__(self, *, environ: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__("cloudtasks", CLOUD_TASKS_API, environ=environ, **kwargs)
+
+    def create_task(self, queue: str, task: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"{TASKS_VERSION}/{queue}/tasks", body={"task": dict(task)},
+                            action=f"create the billing guard task in {queue}")
+
+    def list_tasks(self, queue: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params = {"pageSize": 1000, **({"pageToken": token} if token else {})}
+            page = self.request("GET", f"{TASKS_VERSION}/{queue}/tasks", params=params,
+                                action=f"list the billing guard tasks of {queue}")
+            out.extend(t for t in page.get("tasks", []) if isinstance(t, dict))
+            token = str(page.get("nextPageToken") or "")
+            if not token:
+                return out
+
+    def delete_task(self, name: str) -> bool:
+        """True when deleted, False when it was gone already."""
+        try:
+            self.request("DELETE", f"{TASKS_VERSION}/{name}",
+                         action=f"delete the billing guard task {name}")
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    task: str
+    deadline: dt.datetime
+    created: bool  # False: that node's task was there already
+    removed: tuple[str, ...]  # stale tasks of earlier nodes with the same name
+
+    def describe(self, now: dt.datetime | None = None) -> str:
+        verb = "armed" if self.created else "already armed"
+        stale = f"; removed {len(self.removed)} stale task(s)" if self.removed else ""
+        now = now or dt.datetime.now(dt.UTC)
+        past = " (already past: Cloud Tasks runs it now)" if self.deadline <= now else ""
+        return (f"billing guard {verb}: deletes the node at {rfc3339(self.deadline)}{past}"
+                f"{stale}")
+
+
+def _node_tasks(tasks: CloudTasks, target: GuardTarget) -> list[str]:
+    prefix = f"{target.queue}/tasks/{target.node_id}-"
+    return [str(t["name"]) for t in tasks.list_tasks(target.queue)
+            if str(t.get("name", "")).startswith(prefix)
+            and str(t["name"])[len(prefix):].isdigit()]
+
+
+def arm(target: GuardTarget, *, tasks: CloudTasks, tpu: GoogleApi) -> ArmResult:
+    """Make sure exactly one task deletes the live node at createTime + max run."""
+    data = _get_node(tpu, target)
+    if data is None:
+        raise GuardError(
+            f"node {target.node} does not exist: nothing to guard (deploy the stack first)"
+        )
+    created = parse_time(str(data.get("createTime", "")))
+    task = build_task(target, created, tpu_root=tpu.root)  # the API the task will call
+    removed = []
+    try:
+        existing = _node_tasks(tasks, target)
+        made = task["name"] not in existing
+        if made:
+            try:
+                tasks.create_task(target.queue, task)
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+                made = False  # created meanwhile (or already run): that node is guarded
+        # Only once the new deadline is in place: a failure never leaves the node unguarded.
+        for name in existing:
+            if name != task["name"]:
+                tasks.delete_task(name)
+                removed.append(name)
+    except ApiError as exc:
+        if exc.code == 404:
+            raise GuardError(
+                f"{exc}; the queue {target.queue} is missing: deploy the stack (it creates the "
+                "queue); a queue deleted less than 3 days ago cannot be recreated under its "
+                "name (Cloud Tasks' tombstone): wait, or set gcp.deployment"
+            ) from None
+        raise
+    deadline = created + dt.timedelta(seconds=target.max_run_seconds)
+    return ArmResult(str(task["name"]), deadline, made, tuple(removed))
+
+
+def disarm(target: GuardTarget, *, tasks: CloudTasks) -> list[str]:
+    """Delete every guard task of this node name (the stack is being destroyed)."""
+    return [name for name in _node_tasks(tasks, target) if tasks.delete_task(name)]
+
+
+def _get_node(tpu: GoogleApi, target: GuardTarget) -> dict[str, Any] | None:
+    try:
+        return tpu.request("GET", f"v2/{target.node}", action=f"get node {target.node}")
+    except ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+class GuardApi:
+    """Arms a deployment's guard with the caller's credentials (`tpuserve recover`)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = environ
+
+    def arm(self, d: Any) -> str | None:
+        """What was done, in words; None when the deployment has no guard."""
+        target = guard_target(d)
+        if target is None:
+            return None
+        tasks = CloudTasks(environ=self._environ)
+        tpu = GoogleApi("tpu", TPU_API, environ=self._environ)
+        return arm(target, tasks=tasks, tpu=tpu).describe()
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def target_from_env(environ: Mapping[str, str]) -> GuardTarget:
+    missing = [v for v in (ENV_NODE, ENV_QUEUE, ENV_SERVICE_ACCOUNT, ENV_SECONDS)
+               if not environ.get(v)]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}: the stack's provisioner sets them")
+    raw = environ[ENV_SECONDS]
+    if not raw.isdigit():
+        raise ValueError(f"{ENV_SECONDS} = {raw!r}: whole seconds")
+    return GuardTarget(environ[ENV_NODE], environ[ENV_QUEUE], environ[ENV_SERVICE_ACCOUNT],
+                       int(raw))
+
+
+def main(argv: list[str] | None = None, *, environ: Mapping[str, str] | None = None,
+         stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    parser = argparse.ArgumentParser(
+        prog="python -m tpuserve.billing_guard",
+        description="Arm or disarm a TPU node's billing guard (a Cloud Tasks task); used by "
+                    f"the spot and on-demand stacks. Inputs: ${ENV_NODE}, ${ENV_QUEUE}, "
+                    f"${ENV_SERVICE_ACCOUNT}, ${ENV_SECONDS}.",
+    )
+    parser.add_argument("command", choices=("arm", "disarm"))
+    args = parser.parse_args(argv)
+    try:
+        target = target_from_env(env)
+        tasks = CloudTasks(environ=env)
+        if args.command == "arm":
+            tpu = GoogleApi("tpu", TPU_API, environ=env)
+            print(f"tpuserve: {target.node_id}: {arm(target, tasks=tasks, tpu=tpu).describe()}",
+                  file=out)
+        else:
+            removed = disarm(target, tasks=tasks)
+            print(f"tpuserve: {target.node_id}: billing guard disarmed ({len(removed)} task(s) "
+                  "deleted)", file=out)
+    except ValueError as exc:
+        print(f"tpuserve: {exc}", file=err)
+        return 2
+    except (ApiError, GuardError) as exc:
+        print(f"tpuserve: billing guard {args.command}: {exc}", file=err)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Render a planner.Plan: rich tables for the terminal, one PNG for the record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console, RenderableType
+from rich.table import Table
+
+from tpuserve.planner.arithmetic import SPOT, GiB, Plan
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def budget_table(plan: Plan) -> Table:
+    b = plan.budget
+    t = Table("HBM budget", "bytes", "GiB", title="HBM budget (SPEC 5)")
+    rows = [
+        ("visible to the runtime", b.hbm_visible_bytes),
+        (f"cap at gpu_memory_utilization {plan.gpu_memory_utilization}", b.cap_bytes),
+        ("weights (measured)", b.weights_bytes),
+        ("KV pool", b.kv_pool_bytes),
+        ("ungoverned remainder (XLA programs)", b.ungoverned_bytes),
+    ]
+    for label, n in rows:
+        t.add_row(label, f"{n:,}", f"{n / GiB:.2f}")
+    return t
+
+
+def kv_table(plan: Plan) -> Table:
+    t = Table(
+        "attention",
+        "head dim",
+        "cache layers",
+        "shared",
+        "KV heads",
+        "B/token",
+        title=f"KV cache at TP={plan.tensor_parallel_size}",
+    )
+    for g in plan.kv_groups:
+        t.add_row(
+            g.attention,
+            str(g.head_dim),
+            str(g.cache_layers),
+            str(g.shared_layers),
+            str(g.padded_kv_heads),
+            f"{g.bytes_per_token:,}",
+        )
+    t.add_row("total", "", "", "", "", f"{plan.kv_bytes_per_token:,}", style="bold")
+    return t
+
+
+def capacity_table(plan: Plan) -> Table:
+    t = Table("quantity", "value", title=f"KV capacity at max-model-len {plan.max_model_len:,}")
+    t.add_row("tokens in the pool", f"{plan.kv_tokens:,}")
+    t.add_row("block size (Pallas backend)", str(plan.block_size))
+    t.add_row("blocks", f"{plan.num_blocks:,}")
+    t.add_row("blocks per request", f"{plan.blocks_per_request:,}")
+    t.add_row("tokens in blocks", f"{plan.kv_block_tokens:,}")
+    t.add_row("one max-model-len request fits", "yes" if plan.max_model_len_fits else "NO")
+    if plan.sliding_window_kv_gain is not None:
+        t.add_row("gain if sliding layers were windowed", f"{plan.sliding_window_kv_gain:.1f}x")
+    for context, clients in plan.kv_wall:
+        t.add_row(f"KV wall at {context:,} tokens", f"{clients:,} clients")
+    return t
+
+
+def decode_table(plan: Plan) -> Table:
+    w = plan.weights
+    t = Table("quantity", "value", title="Decode step and weights (SPEC 5)")
+    t.add_row("per-layer embeddings (gathered)", _gib(w.per_layer_embeddings))
+    t.add_row("embedding (lm_head reads it)", _gib(w.embedding))
+    if w.lm_head:
+        t.add_row("untied lm_head", _gib(w.lm_head))
+    t.add_row("attention projections", _gib(w.attention))
+    t.add_row("MLP projections", _gib(w.mlp))
+    t.add_row("not explained by the text geometry", _gib(w.unexplained))
+    t.add_row("bytes moved per decode step", _gib(plan.decode_bytes_per_step))
+    t.add_row("bandwidth floor", f"{plan.decode_floor_s * 1e3:.2f} ms")
+    if plan.measured_tpot_ms is not None and plan.bandwidth_efficiency is not None:
+        t.add_row("measured TPOT", f"{plan.measured_tpot_ms:.2f} ms")
+        t.add_row("share of peak bandwidth", f"{plan.bandwidth_efficiency:.0%}")
+    return t
+
+
+def cost_table(plan: Plan) -> Table:
+    models = [c.model for c in plan.costs]
+    t = Table("context x clients", "tok/s", *models, title="$ per million output tokens (SPEC 7)")
+    for i, cell in enumerate(plan.throughput.cells):
+        prices = [f"${c.usd_per_million_output_tokens[i][1]:.3f}" for c in plan.costs]
+        t.add_row(f"{cell.context:,} x {cell.clients}", f"{cell.output_tokens_per_s:,.1f}", *prices)
+    t.add_row("$/hour", "", *[f"${c.usd_per_hour:.4f}" for c in plan.costs], style="bold")
+    t.add_row(
+        f"$/month ({plan.hours_per_month:g} h)",
+        "",
+        *[f"${c.usd_per_month:,.0f}" for c in plan.costs],
+        style="bold",
+    )
+    return t
+
+
+def rebuild_table(plan: Plan) -> Table | None:
+    r = plan.rebuild
+    if r is None:
+        return None
+    t = Table(
+        "rebuild",
+        "seconds",
+        "cost at spot",
+        "spot beats flex if preempted less than every",
+        title=f"Spot vs flex (flex premium ${r.flex_premium_usd_per_hour:.4f}/h)",
+    )
+    t.add_row("cold", f"{r.cold_s:g}", f"${r.cold_usd:.4f}", f"{r.break_even_cold_hours:.1f} h")
+    t.add_row(
+        "warm (compile cache)",
+        f"{r.warm_s:g}",
+        f"${r.warm_usd:.4f}",
+        f"{r.break_even_warm_hours:.1f} h",
+    )
+    return t
+
+
+def expected_table(plan: Plan) -> Table | None:
+    e = plan.expected
+    if e is None:
+        return None
+    t = Table("quantity", "value", title=f"Expected load: {e.clients} x {e.context:,} tokens")
+    t.add_row("KV tokens requested", f"{e.requested_tokens:,}")
+    t.add_row("KV tokens available", f"{e.kv_capacity_tokens:,}")
+    t.add_row("fits under the KV wall", "yes" if e.fits else f"NO (max {e.max_clients} clients)")
+    if e.output_tokens_per_s is not None:
+        t.add_row("measured output tok/s", f"{e.output_tokens_per_s:,.1f}")
+    return t
+
+
+def renderables(plan: Plan) -> list[RenderableType]:
+    tables = [
+        budget_table(plan),
+        kv_table(plan),
+        capacity_table(plan),
+        decode_table(plan),
+        cost_table(plan),
+        rebuild_table(plan),
+        expected_table(plan),
+    ]
+    return [t for t in tables if t is not None]
+
+
+def print_plan(plan: Plan, console: Console) -> None:
+    for table in renderables(plan):
+        console.print(table)
+
+
+def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) -> None:
+    """HBM budget as a stacked bar, and $/M output tokens against clients per context."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on CI or a TPU VM
+    import matplotlib.pyplot as plt
+
+    model = provisioning or (SPOT if plan.cost(SPOT) else plan.costs[0].model)
+    cost = plan.cost(model)
+    if cost is None:
+        raise ValueError(f"no price for provisioning model {model!r}")
+    b = plan.budget
+    fig, (hbm, usd) = plt.subplots(1, 2, figsize=(10, 4.5), width_ratios=(1, 2.5))
+    bottom = 0.0
+    for label, n in (
+        ("weights", b.weights_bytes),
+        ("KV pool", b.kv_pool_bytes),
+        ("ungoverned", b.ungoverned_bytes),
+    ):
+        hbm.bar(0, n / GiB, bottom=bottom, label=f"{label} {n / GiB:.2f} GiB")
+        bottom += n / GiB
+    hbm.axhline(
+        b.cap_bytes / GiB,
+        color="black",
+        linestyle="--",
+        linewidth=1,
+        label=f"cap {b.cap_bytes / GiB:.2f} GiB",
+    )
+    hbm.set_xticks([])
+    hbm.set_ylabel("GiB")
+    hbm.set_title("HBM budget")
+    hbm.legend(fontsize=8, loc="lower center")
+    for context in plan.throughput.contexts:
+        points = sorted(
+            (cell.clients, dollars)
+            for cell, dollars in cost.usd_per_million_output_tokens
+            if cell.context == context
+        )
+        usd.plot(*zip(*points, strict=True), marker="o", label=f"{context:,} ctx")
+    usd.set_xscale("log", base=2)
+    clients = plan.throughput.client_counts
+    usd.set_xticks(clients, [str(c) for c in clients])
+    usd.set_yscale("log")
+    usd.set_xlabel("concurrent clients")
+    usd.set_ylabel("$ per million output tokens")
+    usd.set_title(f"{model} at ${cost.usd_per_hour:.4f}/h")
+    usd.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)

@@ -1,0 +1,123 @@
+"""Renders the boot script (templates/startup.sh.j2) from a Deployment. Pure: config in, text out.
+
+The script's own header documents what it reads (endpoint overrides, TPUSERVE_ROOT), the
+paths it writes and the guest attributes it records (namespace `GUEST_ATTRIBUTE_NAMESPACE`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+import jinja2
+
+from tpuserve.paths import TEMPLATE_DIR
+from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
+from tpuserve.render.vllm_args import (
+    CONTAINER_CACHE_DIR,
+    CONTAINER_HF_TOKEN_PATH,
+    CONTAINER_NAME,
+    compile_cache_key,
+    container_env,
+    listen_argv,
+    serve_argv,
+)
+from tpuserve.settings.models import Deployment
+
+# vLLM's own port when the API-key proxy owns the public one (loopback only).
+VLLM_BACKEND_PORT = 8001
+PROXY_CONTAINER_NAME = "tpuserve-proxy"
+# Where the boot script records its phases; the ops CLI reads them back through the TPU API
+# (nodes.getGuestAttributes, queryPath "tpuserve/"). Keys and value format: the script header.
+GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
+GUEST_ATTRIBUTE_KEYS = (
+    "boot", "state", "secret", "image", "cache", "container", "memory", "kv_cache",
+    "startup_complete", "health", "tls", "bypass_check", "cache_publish",
+)
+# Compile-cache objects in the stack's bucket: PREFIX + cache_id() + ".tar.gz".
+CACHE_OBJECT_PREFIX = "xla-cache/"
+_IMAGE_HASH_LEN = 12
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,  # renders bash, not HTML; values are shell-quoted by `q`
+)
+
+
+def sh_quote(value: object) -> str:
+    """Always single-quoted (shellcheck reads a bare us-west4-a as arithmetic)."""
+    return "'" + str(value).replace("'", "'\"'\"'") + "'"
+
+
+_env.filters["q"] = sh_quote
+
+
+def vllm_command(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> list[str]:
+    """The full `vllm serve` argv run in the container, listener included."""
+    if d.access.api_key_proxy:
+        return serve_argv(d.vllm) + listen_argv("127.0.0.1", backend_port)
+    return serve_argv(d.vllm) + listen_argv("0.0.0.0", d.vllm.port)
+
+
+def cache_id(cache_key: str, image_digest: str) -> str:
+    """The boot script's compile-cache key: the config's key (vllm_args.compile_cache_key)
+    completed by the image as pulled, `<key>-<first 12 hex>` of its manifest digest
+    (`repo@sha256:HEX` or `sha256:HEX`), or of its image id when it has none. A tag that moves
+    is a new cache. The script derives it itself (image_identity); this mirrors it."""
+    hex_digest = image_digest.rpartition("@")[2].rpartition(":")[2]
+    if not re.fullmatch(rf"[0-9a-f]{{{_IMAGE_HASH_LEN},}}", hex_digest):
+        raise ValueError(f"image digest {image_digest!r}: expected [repo@]sha256:<hex>")
+    return f"{cache_key}-{hex_digest[:_IMAGE_HASH_LEN]}"
+
+
+def cache_object(cache_key: str, image_digest: str) -> str:
+    """The bucket object holding the compile cache of `cache_id(cache_key, image_digest)`."""
+    return f"{CACHE_OBJECT_PREFIX}{cache_id(cache_key, image_digest)}.tar.gz"
+
+
+def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> dict[str, Any]:
+    """Every value the templates use. `backend_port` is only changed by tests (a free port)."""
+    argv = vllm_command(d, backend_port=backend_port)
+    ctx: dict[str, Any] = {
+        "stack": d.name,
+        "provisioning_model": d.stack.provisioning_model,
+        "node_name": d.node_name,
+        "project": d.gcp.project,
+        "zone": d.gcp.zone,
+        "hf_secret": d.hf_token_secret_id,
+        "api_key_secret": d.api_key_secret_id if d.access.api_key_proxy else "",
+        "image": d.vllm.image,
+        "container_name": CONTAINER_NAME,
+        "container_env": container_env(d.vllm),
+        "container_cache_dir": CONTAINER_CACHE_DIR,
+        "container_token_path": CONTAINER_HF_TOKEN_PATH,
+        "shm_size": d.vllm.shm_size,
+        "vllm_argv": shlex.join(argv),
+        "public_port": d.vllm.port,
+        "backend_port": backend_port if d.access.api_key_proxy else d.vllm.port,
+        "proxy_image": d.access.proxy_image,
+        # The proxy terminates TLS: without it there is no TLS (config refuses the mix).
+        "tls": ("self-signed" if d.access.tls_on else "off") if d.access.api_key_proxy else "",
+        "proxy_key_path": NODE_LAYOUT.key_include,
+        "proxy_cert_path": NODE_LAYOUT.tls_cert,
+        "proxy_tls_key_path": NODE_LAYOUT.tls_key,
+        "proxy_container": PROXY_CONTAINER_NAME,
+        "cache_bucket": d.cache_bucket if d.cache.enabled else "",
+        "cache_key": compile_cache_key(d, argv),
+        "cache_prefix": CACHE_OBJECT_PREFIX,
+    }
+    ctx["nginx_conf"] = render_nginx_conf(
+        public_port=d.vllm.port, backend_port=backend_port, tls=ctx["tls"] == "self-signed",
+    ) if d.access.api_key_proxy else ""
+    return ctx
+
+
+def render_startup(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> str:
+    ctx = startup_context(d, backend_port=backend_port)
+    return _env.get_template("startup.sh.j2").render(**ctx)
+
