@@ -31,6 +31,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuserve.facts import (
+    COLD_START_S,
+    E2B_MEASURED_TPOT_MS,
+    E2B_WEIGHTS_GIB,
+    GPU_MEM_CEILING,
+    HOURS_PER_MONTH,
+    PRICES_USD_PER_CHIP_HOUR,
+    WARM_START_S,
+    GiB,
+)
 from tpuserve.planner.geometry import (
     FULL,
     SLIDING,
@@ -40,18 +50,9 @@ from tpuserve.planner.geometry import (
     read_config,
 )
 
-GiB = 2**30
 BF16_BYTES = 2
 
-# SPEC 5: resident bf16 weights measured on the chip (`total_hbm_used_gb=8.97GiB`).
-E2B_WEIGHTS_BYTES = round(8.97 * GiB)
-# SPEC 5: single-stream TPOT measured at max-model-len 32768.
-E2B_MEASURED_TPOT_MS = 8.02
-# SPEC 4: cold start (857 s) and restart with the compile cache mounted (497 s).
-COLD_START_S = 857.0
-WARM_START_S = 497.0
-# SPEC 7: "24/7 for a month (730 h)".
-HOURS_PER_MONTH = 730.0
+E2B_WEIGHTS_BYTES = round(E2B_WEIGHTS_GIB * GiB)
 # SPEC 4: vLLM's max_num_seqs default on this path.
 DEFAULT_MAX_NUM_SEQS = 256
 
@@ -59,14 +60,7 @@ DEFAULT_MAX_NUM_SEQS = 256
 SPOT = "spot"
 FLEX = "flex"
 ONDEMAND = "ondemand"
-# SPEC 2: $/chip-hour in us-west4 (Cloud Billing Catalog, measured).
-DEFAULT_PRICES_USD_PER_CHIP_HOUR: Mapping[str, float] = {
-    SPOT: 0.5779,
-    FLEX: 0.6000,
-    ONDEMAND: 1.2000,
-    "commit-1y": 0.8400,
-    "commit-3y": 0.5400,
-}
+DEFAULT_PRICES_USD_PER_CHIP_HOUR = PRICES_USD_PER_CHIP_HOUR
 
 # tpu-inference PallasAttentionBackend: the block table of every request lives in half of
 # the 1 MiB SMEM as int32, so max_num_seqs x pages_per_request x 4 B <= 512 KiB.
@@ -807,7 +801,7 @@ def build_plan(
     geometry: ModelGeometry,
     chip: ChipSpec = V5E,
     *,
-    gpu_memory_utilization: float = 0.92,
+    gpu_memory_utilization: float = GPU_MEM_CEILING,
     kv_cache_memory_bytes: int | None = None,
     max_model_len: int = 32768,
     tensor_parallel_size: int = 1,
