@@ -11,8 +11,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tpuserve.settings.loader import all_warnings, checked_deployments
-from tpuserve.settings.models import ConfigError, Deployment, shared_resource_warnings
+from tpuserve.settings import ConfigError, Deployment, load
 
 if TYPE_CHECKING:
     from stacks.cdk import App as CdkApp
@@ -39,19 +38,16 @@ def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None) 
 
 def main() -> int:
     try:
-        deployments = checked_deployments()
+        loaded = load()
     except ConfigError as exc:
         print(f"tpuserve: {exc}", file=sys.stderr)
         return 1
-    for name, d in deployments.items():
-        for warning in all_warnings(d):
-            print(f"tpuserve: warning: [{name}] {warning}", file=sys.stderr)
-    for warning in shared_resource_warnings(deployments):
+    for warning in loaded.warnings:
         print(f"tpuserve: warning: {warning}", file=sys.stderr)
     # Absolute: jsii's node process keeps the cwd it started with. The cdktf CLI names the
     # directory in CDKTF_OUTDIR.
     outdir = os.environ.get("CDKTF_OUTDIR") or os.path.abspath("cdktf.out")
-    build_app(deployments, outdir=outdir).synth()
+    build_app(loaded.deployments, outdir=outdir).synth()
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpuserve.render.boot_script import render_startup
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from .cdk import (
     Aspects,

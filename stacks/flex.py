@@ -30,7 +30,8 @@ from tpuserve.gcp.queued_resource import (
     build_body,
     ref_for,
 )
-from tpuserve.settings.models import Deployment, parse_duration
+from tpuserve.settings import Deployment
+from tpuserve.settings.base import parse_duration
 
 from .base import ServingStack
 from .cdk import (

@@ -25,7 +25,7 @@ so a shared base can take this construct whole.
 
 from __future__ import annotations
 
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from .cdk import (
     Construct,

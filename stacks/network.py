@@ -12,7 +12,7 @@ would both create it: give the second its own `gcp.deployment` (README).
 
 from __future__ import annotations
 
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from .cdk import (
     Construct,

@@ -15,7 +15,7 @@ from tpuserve.gcp.billing_guard import (
     guard_target,
 )
 from tpuserve.render.node_metadata import node_metadata
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from .base import ServingStack
 from .cdk import (

@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 import tests.fakes.tpu_api as tpu_fake
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
 from tpuserve.cli import app
-from tpuserve.settings.models import Deployment, load_deployments
+from tpuserve.settings import Deployment, load
 
 PROJECT = "tpuserve-test"
 ZONE = "us-west4-a"
@@ -109,7 +109,7 @@ def cli_env(
     for name in ("TPUSERVE_PROJECT", "TPUSERVE_ZONE", "TPUSERVE_DEBUG",
                  "TPUSERVE_DEPLOY_COMMAND"):
         monkeypatch.delenv(name, raising=False)
-    return Env(fake_tpu, fake_oai, load_deployments(), config)
+    return Env(fake_tpu, fake_oai, load().deployments, config)
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:

@@ -20,12 +20,12 @@ import pytest
 
 # The CLI tests' fixtures (fake TPU API, fake OpenAI server, a config pointing at them).
 from tests.cli_support import cli_env, fake_oai, fake_tpu  # noqa: F401
-from tpuserve.settings.models import Deployment, load_deployments
+from tpuserve.settings import Deployment, load
 
 
 @pytest.fixture(scope="session")
 def deployments() -> dict[str, Deployment]:
-    return load_deployments(environ={})
+    return load(environ={}).deployments
 
 
 # Secret-looking values placed in the environment during synth: none may reach the output.

@@ -42,3 +42,29 @@ PRICES_USD_PER_CHIP_HOUR: Mapping[str, float] = {
 # Where the boot script records its phases in guest attributes; the CLI reads them back through
 # the TPU API (nodes.getGuestAttributes, queryPath "tpuserve/").
 GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
+
+# SPEC 4: one multimodal item needs 2496 tokens with --disable-chunked-mm-input and
+# {"image":4,"audio":1}; 2048 failed at boot with this exact error.
+MM_ITEM_TOKENS = 2496
+# SPEC 4: the 16 values vLLM's --kv-cache-dtype accepts, sorted by what they do on this build.
+KV_DTYPES_OK = frozenset({"auto", "bfloat16"})
+KV_DTYPES_FP8 = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
+KV_DTYPES_FATAL = frozenset({"int8_per_token_head", "fp8_inc", "fp8_ds_mla", "nvfp4"})
+KV_DTYPES_UNTESTED = frozenset({"float16", "fp8_per_token_head", "int4_per_token_head"})
+# SPEC 5: Gemma 4 E2B has one KV head (MQA).
+MODEL_KV_HEADS = 1
+IAP_RANGE = "35.235.240.0/20"  # Google's IAP TCP-forwarding range
+MAX_FLEX_RUN_SECONDS = 7 * 24 * 3600  # flex-start lasts at most 7 days (SPEC 2, issue 3)
+# The billing guard is a Cloud Tasks task; Cloud Tasks schedules at most 30 days ahead.
+MAX_GUARD_RUN_HOURS = 30 * 24
+# Where flex-start takes v5litepod-1 (issue 3): known-good and known-bad zones, each with its
+# source; any other zone is allowed with a warning (SPEC 2: quota in a zone says nothing about
+# whether a provisioning model is accepted there).
+FLEX_ZONES_GOOD = {
+    "us-west4-a": "SPEC 1: measured, the QR went ACTIVE",
+    "us-central1-a": "vendor: Google's docs list it for v5e serving",
+}
+FLEX_ZONES_BAD = {
+    "europe-west4-a": "SPEC 1: measured",
+    "europe-west4-b": "SPEC 1: measured",
+}

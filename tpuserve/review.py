@@ -52,14 +52,11 @@ from tpuserve.plan_gate import unique_keys
 from tpuserve.planner.arithmetic import COLD_START_S, WARM_START_S, GiB, Plan
 from tpuserve.render.boot_script import vllm_command
 from tpuserve.render.vllm_args import compile_cache_key, container_env
+from tpuserve.settings import ConfigError, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.flag_rules import MODEL_ARG, rule_for
-from tpuserve.settings.loader import all_warnings, check_raw
-from tpuserve.settings.models import (
-    CapacitySettings,
-    ConfigError,
-    load_raw,
-)
+from tpuserve.settings.loader import all_warnings
+from tpuserve.settings.sections import CapacitySettings
 
 # The first line of every review: the workflow finds its one comment by it.
 MARKER = "<!-- tpuserve-plan-review -->"
@@ -977,7 +974,7 @@ def config_facts(project: Path, environ: Mapping[str, str] | None = None) -> Con
     path = project / "config" / "default.toml"
     try:
         raw = _revision_geometry(load_raw(path, environ=environ or {}), project / "config")
-        deployments = check_raw(raw)
+        deployments = from_raw(raw).deployments
     except ConfigError as exc:
         return ConfigFacts({}, tuple(exc.problems))
     except (OSError, tomllib.TOMLDecodeError, ValueError) as exc:

@@ -14,7 +14,7 @@ from tests.cli_support import (
     invoke,
     write_config,
 )
-from tpuserve.settings.models import load_deployments
+from tpuserve.settings import load
 
 
 def test_endpoint_prints_url_and_key_command_not_the_key(cli_env: Env) -> None:
@@ -42,7 +42,7 @@ def test_endpoint_json(cli_env: Env) -> None:
 def test_endpoint_without_the_proxy(cli_env: Env, tmp_path: Path) -> None:
     write_config(cli_env.config_path, cli_env.oai.port,
                  '\n[access]\napi_key_proxy = false\napi_source_ranges = ["10.0.0.0/8"]\n')
-    assert load_deployments()["spot"].access.api_key_proxy is False
+    assert load().deployments["spot"].access.api_key_proxy is False
     cli_env.seed_ready("spot")
     result = invoke("endpoint", "spot", "--json")
     doc = json.loads(result.stdout)

@@ -29,7 +29,7 @@ from tests.cli_support import (
 )
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
 from tpuserve.ops import tls
-from tpuserve.settings.models import Deployment, load_deployments
+from tpuserve.settings import Deployment, load
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def tls_env(fake_tpu: FakeTpu, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.chdir(tmp_path)
     for name in ("TPUSERVE_PROJECT", "TPUSERVE_ZONE", "TPUSERVE_DEBUG"):
         monkeypatch.delenv(name, raising=False)
-    deployments = load_deployments()
+    deployments = load().deployments
     assert deployments["spot"].access.tls_on  # the default
     yield TlsEnv(fake_tpu, server, served, other, deployments)
     server.stop()

@@ -32,7 +32,7 @@ from tpuserve.gcp.billing_guard import (
     guard_target,
     main,
 )
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
 TOKEN = "ya29.deployer-token"

@@ -37,7 +37,7 @@ from tpuserve.gcp.queued_resource import (
 )
 from tpuserve.ops.tpu_nodes import NodeApi, make_client
 from tpuserve.paths import REPO_ROOT
-from tpuserve.settings.models import build_deployments, load_raw
+from tpuserve.settings import from_raw, load_raw
 
 REPO = REPO_ROOT
 
@@ -307,7 +307,7 @@ def test_wait_treats_an_unknown_qr_as_not_ready_yet_not_as_dead(cli_env: Env) ->
 
 
 def spot():
-    return build_deployments(load_raw(environ={}))["spot"]
+    return from_raw(load_raw(environ={})).deployments["spot"]
 
 
 def node_api(api: FakeTpuApi, clock: Clock, **env: str) -> NodeApi:

@@ -37,13 +37,8 @@ from tpuserve.gcp.queued_resource import (
     spec_differences,
     with_generation,
 )
-from tpuserve.settings.models import (
-    ConfigError,
-    Deployment,
-    build_deployments,
-    deployment_warnings,
-    load_raw,
-)
+from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
+from tpuserve.settings.warnings import deployment_warnings
 
 PROJECT, ZONE, QR_ID = "proj-test-1", "us-west4-a", "tpuserve-flex"
 REF = QueuedResourceRef(PROJECT, ZONE, QR_ID)
@@ -105,7 +100,7 @@ class Seen:
 def flex_deployment(**stack: Any) -> Deployment:
     raw = load_raw(environ={})
     raw["stacks"] = {"flex": {**raw["stacks"]["flex"], **stack}}
-    return build_deployments(raw)["flex"]
+    return from_raw(raw).deployments["flex"]
 
 
 def test_build_body_is_the_documented_flex_start_shape() -> None:
@@ -148,7 +143,7 @@ def test_build_body_durations_and_queueing_policy() -> None:
 
 
 def test_build_body_refuses_other_stacks() -> None:
-    spot = build_deployments(load_raw(environ={}))["spot"]
+    spot = from_raw(load_raw(environ={})).deployments["spot"]
     with pytest.raises(ValueError, match="flex stack only"):
         build_body(spot, SCRIPT)
 
@@ -683,15 +678,15 @@ def test_probe_of_a_live_qr_without_label_asks_for_a_new_one(api, client) -> Non
 def test_flex_zone_rules() -> None:
     raw = load_raw(environ={"TPUSERVE_ZONE": "europe-west4-a"})
     with pytest.raises(ConfigError) as err:
-        build_deployments(raw)
+        from_raw(raw)
     [problem] = err.value.problems
     assert problem.startswith("[flex] gcp.zone = 'europe-west4-a': flex-start does not take")
     assert "FLEX_START provisioning model is not supported" in problem
     del raw["stacks"]["flex"]
-    assert build_deployments(raw)["spot"].gcp.zone == "europe-west4-a"  # spot: no such rule
-    known = build_deployments(load_raw(environ={"TPUSERVE_ZONE": "us-central1-a"}))["flex"]
+    assert from_raw(raw).deployments["spot"].gcp.zone == "europe-west4-a"  # spot: no such rule
+    known = from_raw(load_raw(environ={"TPUSERVE_ZONE": "us-central1-a"})).deployments["flex"]
     assert deployment_warnings(known) == []
-    unknown = build_deployments(load_raw(environ={"TPUSERVE_ZONE": "asia-east1-c"}))["flex"]
+    unknown = from_raw(load_raw(environ={"TPUSERVE_ZONE": "asia-east1-c"})).deployments["flex"]
     [warning] = deployment_warnings(unknown)
     assert warning.startswith("gcp.zone = 'asia-east1-c': flex-start acceptance")
 
@@ -700,7 +695,7 @@ def test_valid_until_duration_must_be_positive() -> None:
     raw = load_raw(environ={})
     raw["stacks"]["flex"]["valid_until_duration"] = "0s"
     with pytest.raises(ConfigError, match="valid_until_duration = '0s': must be more than 0"):
-        build_deployments(raw)
+        from_raw(raw)
 
 
 def test_progress_is_a_spinner_on_a_terminal_and_lines_elsewhere() -> None:

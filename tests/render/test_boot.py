@@ -42,7 +42,7 @@ from tests.fakes.tpu_api import FakeTpuApi
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render.boot_script import cache_object, render_startup, vllm_command
 from tpuserve.render.vllm_args import compile_cache_key
-from tpuserve.settings.models import Deployment, load_deployments
+from tpuserve.settings import Deployment, load
 
 REPO = REPO_ROOT
 FAKE_DOCKER = REPO / "tests" / "fakes" / "docker"
@@ -266,7 +266,7 @@ def archive(files: dict[str, bytes]) -> bytes:
 @contextmanager
 def open_cloud(base: Path) -> Iterator[Cloud]:
     """The fakes of one project with its two secrets; every node stopped on exit."""
-    d = load_deployments(environ={})["spot"]
+    d = load(environ={}).deployments["spot"]
     token, hf, key = ("ya29.fake-" + os.urandom(12).hex(), "hf_" + os.urandom(16).hex(),
                       "tpk-" + os.urandom(20).hex())
     metadata = FakeMetadata(access_token=token).start()

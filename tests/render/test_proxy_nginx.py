@@ -25,7 +25,7 @@ from tests.fakes.vllm_routes import Upstream
 from tests.nginx_support import NGINX
 from tpuserve.render.boot_script import render_startup
 from tpuserve.render.proxy_conf import ProxyLayout, render_nginx_conf
-from tpuserve.settings.models import load_deployments
+from tpuserve.settings import load
 
 pytestmark = pytest.mark.skipif(
     NGINX is None, reason="the nginx binary is absent (Debian: apt-get install -y nginx)")
@@ -143,7 +143,7 @@ def prepare(base: Path, *, tls: bool, backend_port: int) -> tuple[Path, int]:
     for sub in ("secrets", "logs", "temp"):
         (base / sub).mkdir(parents=True, exist_ok=True)
     (base / "secrets").chmod(0o700)
-    script = render_startup(load_deployments(environ={})["spot"])
+    script = render_startup(load(environ={}).deployments["spot"])
     (base / "raw-key").write_text(API_KEY)
     run_boot_functions(script, f"nginx_key_include {base}/raw-key {base}/secrets/api-key.conf\n"
                        + (f"tls_cert {base}/secrets\n" if tls else ""))
@@ -287,7 +287,7 @@ def test_the_tls_port_serves_the_boot_certificate_and_no_plain_http(proxy: Proxy
 def test_the_boot_bypass_check_passes_against_the_real_nginx(proxy: Proxy) -> None:
     """The boot script's bypass_check (its probes and expected codes) run as the boot runs it,
     with curl, against the real proxy: it must pass, and nothing may reach the upstream."""
-    script = render_startup(load_deployments(environ={})["spot"])
+    script = render_startup(load(environ={}).deployments["spot"])
     probes = re.search(r"^BYPASS_PROBES=\(\n.*?^\)\n", script, re.MULTILINE | re.DOTALL)
     assert probes
     base = f"{'https' if proxy.tls else 'http'}://127.0.0.1:{proxy.port}"

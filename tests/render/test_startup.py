@@ -23,7 +23,7 @@ from tpuserve.render.boot_script import (
     vllm_command,
 )
 from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 # The environment the script may read: Google's own override names, the one path prefix, the

@@ -10,7 +10,7 @@ from tpuserve.render.vllm_args import (
     serve_argv,
     tpu_inference_env,
 )
-from tpuserve.settings.models import TpuInferenceEnv, VllmSettings
+from tpuserve.settings.vllm import TpuInferenceEnv, VllmSettings
 
 # SPEC section 4's command, copied as printed (the part after the image).
 SPEC_COMMAND = """vllm serve google/gemma-4-E2B-it \

@@ -258,7 +258,7 @@ def test_an_old_config_that_fails_todays_rules_is_reported(tmp_path: Path) -> No
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "default.toml").write_text(
         (REPO_ROOT / "config" / "default.toml").read_text().replace(
-            "gpu_memory_utilization = 0.92", "gpu_memory_utilization = 0.95"))
+            "[vllm]\n", "[vllm]\ngpu_memory_utilization = 0.95\n"))
     old = config_facts(tmp_path)
     assert old.stacks == {} and "gpu_memory_utilization = 0.95" in old.problems[0]
     new = config_facts(REPO_ROOT)
@@ -331,7 +331,7 @@ def test_argv_options() -> None:
 def test_every_flag_and_variable_has_a_measured_rule(deployments: dict[str, Any]) -> None:
     from tpuserve.render.boot_script import vllm_command
     from tpuserve.render.vllm_args import container_env
-    from tpuserve.settings.models import TpuInferenceEnv
+    from tpuserve.settings.vllm import TpuInferenceEnv
 
     d = deployments["spot"]
     everything = d.vllm.model_copy(update={"max_num_seqs": 128, "kv_cache_memory_bytes": 1})

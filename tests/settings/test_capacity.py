@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 
 from tests.settings.test_config import ok, raw_with
+from tpuserve.settings import ConfigError, load
 from tpuserve.settings.capacity import plan_for
-from tpuserve.settings.loader import all_warnings, checked_deployments
-from tpuserve.settings.models import ConfigError
+from tpuserve.settings.loader import all_warnings
 
 
 def problems(**sections: dict[str, Any]) -> list[str]:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("tpuserve.settings.loader.load_raw", lambda environ=None: raw_with(**sections))
+        mp.setattr("tpuserve.settings.loader.load_raw", lambda *_a, **_k: raw_with(**sections))
         with pytest.raises(ConfigError) as exc:
-            checked_deployments()
+            load()
     return exc.value.problems
 
 

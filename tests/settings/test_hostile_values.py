@@ -26,7 +26,8 @@ from tests.nginx_support import NGINX
 from tests.terraform_support import apply_outputs
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render.boot_script import render_startup, startup_context, vllm_command
-from tpuserve.settings.models import Deployment, load_raw, validate
+from tpuserve.settings import Deployment, load_raw
+from tpuserve.settings.loader import validate
 
 BASE = load_raw(environ={})
 TERRAFORM = shutil.which("terraform")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.settings.test_config import ok, problems
-from tpuserve.settings.models import deployment_warnings
+from tpuserve.settings.warnings import deployment_warnings
 
 
 def test_by_default_the_deployment_names_a_network_and_subnet_of_its_own() -> None:
@@ -64,23 +64,25 @@ def test_max_run_hours_is_bounded_by_the_cloud_tasks_schedule() -> None:
 
 
 def test_stacks_that_would_each_create_the_deployments_resources_are_warned() -> None:
-    from tpuserve.settings.models import build_deployments, load_raw, shared_resource_warnings
+    from tpuserve.settings import from_raw, load_raw
+    from tpuserve.settings.warnings import shared_resource_warnings
 
     raw = load_raw(environ={})
-    both, guard = shared_resource_warnings(build_deployments(raw))
+    both, guard = shared_resource_warnings(from_raw(raw).deployments)
     assert both.startswith("stacks spot, ondemand, flex each create the network tpuserve-net")
     assert guard.startswith("stacks spot, ondemand each create the billing-guard account")
     assert "[stacks.NAME.gcp] deployment" in both
     raw["stacks"]["ondemand"] = {**raw["stacks"]["ondemand"], "gcp": {"deployment": "od"}}
     raw["stacks"]["flex"] = {**raw["stacks"]["flex"], "gcp": {"network": "my-vpc"}}
-    assert shared_resource_warnings(build_deployments(raw)) == []
+    assert shared_resource_warnings(from_raw(raw).deployments) == []
 
 
 def test_the_default_network_warns_by_name_or_by_path() -> None:
-    from tpuserve.settings.models import build_deployments, deployment_warnings, load_raw
+    from tpuserve.settings import from_raw, load_raw
+    from tpuserve.settings.warnings import deployment_warnings
 
     for network in ("default", "projects/my-proj-1/global/networks/default"):
         raw = load_raw(environ={})
         raw["gcp"] = {**raw.get("gcp", {}), "network": network}
-        d = build_deployments(raw)["spot"]
+        d = from_raw(raw).deployments["spot"]
         assert any("default" in w and "0.0.0.0/0" in w for w in deployment_warnings(d)), network

@@ -31,7 +31,7 @@ from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi
 from tpuserve.gcp.queued_resource import GENERATION_LABEL, build_body, with_generation
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render.boot_script import render_startup
-from tpuserve.settings.models import Deployment, build_deployments, load_raw
+from tpuserve.settings import Deployment, from_raw, load_raw
 
 TERRAFORM = shutil.which("terraform")
 QR = "projects/tpuserve-placeholder/locations/us-west4-a/queuedResources/tpuserve-flex"
@@ -42,7 +42,7 @@ def changed_flex(base: Deployment) -> Deployment:
     """The 'changed' flex deployment: a 2h run instead of 4h."""
     raw = load_raw(environ={})
     raw["stacks"] = {"flex": {**raw["stacks"]["flex"], "max_run_duration": "2h"}}
-    changed = build_deployments(raw)["flex"]
+    changed = from_raw(raw).deployments["flex"]
     assert changed.stack.max_run_duration != base.stack.max_run_duration
     return changed
 

@@ -26,7 +26,7 @@ import pytest
 from tests.fakes.cloud_tasks import FakeCloudTasks
 from tests.fakes.tpu_api import FakeTpuApi
 from tpuserve.gcp.api import TOKEN_ENV
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 TERRAFORM = shutil.which("terraform")
 NODE_REF = "${google_tpu_v2_vm.tpu_node.id}"

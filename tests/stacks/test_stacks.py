@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import CANARIES, synth
+from tpuserve.facts import IAP_RANGE
 from tpuserve.render.boot_script import vllm_command
-from tpuserve.settings.models import IAP_RANGE, build_deployments, load_raw
+from tpuserve.settings import from_raw, load_raw
 
 VM_STACKS = ("spot", "ondemand")
 NODE_MEMBER = "serviceAccount:${google_service_account.service_account.email}"
@@ -124,7 +125,7 @@ def configured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     raw["gcp"] = {**raw["gcp"], "network": "my-vpc"}
     raw["stacks"] = {"spot": raw["stacks"]["spot"],
                      "ondemand": {**raw["stacks"]["ondemand"], "max_run_hours": 0}}
-    return synth(build_deployments(raw), tmp_path_factory.mktemp("configured"))
+    return synth(from_raw(raw).deployments, tmp_path_factory.mktemp("configured"))
 
 
 def test_configured_ranges_open_the_api_port(configured) -> None:

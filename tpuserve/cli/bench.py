@@ -17,7 +17,7 @@ from tpuserve.ops import bench as engine
 from tpuserve.ops import bench_report, server
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from . import common
 from .common import (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
-from tpuserve.settings.models import STACK_NAMES, ConfigError, Deployment, load_deployments
+from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, load
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -135,7 +135,7 @@ def _fail(line: str, code: int, as_json: bool) -> None:
 
 
 def deployments() -> dict[str, Deployment]:
-    return load_deployments()
+    return load().deployments
 
 
 def load_stack(name: str) -> Deployment:

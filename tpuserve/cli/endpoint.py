@@ -11,7 +11,7 @@ import typer
 from tpuserve.ops import tls
 from tpuserve.ops.boot_phases import NAMESPACE
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from . import common
 from .common import API_KEY_ENV, JsonOpt, StackArg, command, console, emit_json

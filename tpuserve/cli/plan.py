@@ -13,18 +13,13 @@ from typing import Annotated, Any
 
 import typer
 
+from tpuserve.facts import E2B_WEIGHTS_GIB
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
 from tpuserve.planner.geometry import GeometryError
+from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
-from tpuserve.settings.loader import all_warnings, check_raw
-from tpuserve.settings.models import (
-    STACK_NAMES,
-    ConfigError,
-    Deployment,
-    deep_merge,
-    load_raw,
-)
+from tpuserve.settings.loader import all_warnings, deep_merge
 
 from .common import JsonOpt, command, console, emit_json, err_console
 
@@ -36,7 +31,7 @@ def _stack_deployment(stack: str, vllm: dict[str, Any], capacity: dict[str, Any]
     raw = load_raw()
     stacks = raw.get("stacks", {})
     if not isinstance(stacks, Mapping) or not isinstance(stacks.get(stack, {}), Mapping):
-        check_raw(raw)  # a malformed [stacks] table: the loader's message (ConfigError)
+        from_raw(raw)  # a malformed [stacks] table: the loader's message (ConfigError)
     if stack not in stacks:
         configured = ", ".join(s for s in STACK_NAMES if s in stacks) or "none"
         raise OpsError(f"--stack {stack!r}: not in the configuration (configured: {configured})",
@@ -44,7 +39,7 @@ def _stack_deployment(stack: str, vllm: dict[str, Any], capacity: dict[str, Any]
     over = {k: v for k, v in (("vllm", vllm), ("capacity", capacity)) if v}
     # Validate only this stack: another stack's problem is not this command's business.
     only = {**raw, "stacks": {stack: deep_merge(stacks[stack], over)}}
-    return check_raw(only)[stack]
+    return from_raw(only).deployments[stack]
 
 
 def _check_model_config(path: Path) -> None:
@@ -86,7 +81,8 @@ def plan(
         "--model-config", help="A Hugging Face config.json (top level or text_config) instead "
         "of the configured geometry.", **_FILE)] = None,
     weights_gib: Annotated[float | None, typer.Option(
-        "--weights-gib", help="Resident weights in GiB (measured; 8.97 for Gemma 4 E2B).",
+        "--weights-gib", help="Resident weights in GiB (measured: "
+        f"{E2B_WEIGHTS_GIB} for Gemma 4 E2B).",
         show_default=False)] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option(
         "--gpu-memory-utilization", help="Override vllm.gpu_memory_utilization.",

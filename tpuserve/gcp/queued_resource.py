@@ -49,7 +49,7 @@ from tpuserve.gcp.api import (
 from tpuserve.render.node_metadata import node_metadata
 
 if TYPE_CHECKING:  # the provisioner path must not pay for pydantic
-    from tpuserve.settings.models import Deployment
+    from tpuserve.settings import Deployment
 
 API_VERSION = "v2alpha1"  # the only version with provisioningModel / runDuration (issue 3)
 # The label that ties a QR to the Terraform plan that created it (see `probe`).
@@ -191,7 +191,7 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
     Pure: config in, dict out. The generation label is added at create time
     (`with_generation`), because only the plan knows it.
     """
-    from tpuserve.settings.models import parse_duration
+    from tpuserve.settings.base import parse_duration
 
     if d.stack.provisioning_model != "flex":
         raise ValueError(

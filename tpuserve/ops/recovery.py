@@ -35,7 +35,7 @@ from tpuserve.gcp.queued_resource import (
     ref_for,
 )
 from tpuserve.paths import REPO_ROOT
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from .errors import EXIT_INTERRUPTED, OpsError
 from .stack_status import RECOVERABLE_NODE_STATES, RECOVERABLE_QR_STATES

@@ -17,7 +17,8 @@ from tpuserve.gcp.queued_resource import (
     ref_for,
 )
 from tpuserve.planner.arithmetic import cost_for_hours
-from tpuserve.settings.models import Deployment, parse_duration
+from tpuserve.settings import Deployment
+from tpuserve.settings.base import parse_duration
 
 from . import server, tls
 from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time

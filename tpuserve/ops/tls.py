@@ -32,7 +32,7 @@ from .errors import EXIT_USAGE, OpsError, one_line
 from .server import ServerTarget
 
 if TYPE_CHECKING:
-    from tpuserve.settings.models import Deployment
+    from tpuserve.settings import Deployment
 
 TLS_ATTRIBUTE = "tls"  # the key in the boot's guest-attribute namespace
 CONNECT_TIMEOUT_S = 10.0

@@ -30,7 +30,7 @@ from tpuserve.gcp.api import (
     credentials,
     retry_after_seconds,
 )
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 # One API call's deadline; transient failures are retried by the policy (RetryPolicy).
 CALL_TIMEOUT_S = 30.0

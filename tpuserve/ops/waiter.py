@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from tpuserve.gcp.queued_resource import ALIVE_STATES, KNOWN_STATES, MISSING, ref_for
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 from . import server, tls
 from .boot_phases import NAMESPACE, parse_boot

@@ -23,7 +23,7 @@ from tpuserve.render.vllm_args import (
     listen_argv,
     serve_argv,
 )
-from tpuserve.settings.models import Deployment
+from tpuserve.settings import Deployment
 
 # vLLM's own port when the API-key proxy owns the public one (loopback only).
 VLLM_BACKEND_PORT = 8001

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from tpuserve.settings.models import Deployment, TpuInferenceEnv, VllmSettings
+from tpuserve.settings import Deployment
+from tpuserve.settings.vllm import TpuInferenceEnv, VllmSettings
 
 # Paths inside the container (fixed: the compile-cache key and the boot script rely on them).
 CONTAINER_CACHE_DIR = "/root/.cache/vllm"  # SPEC 4: the JAX/XLA compile cache lives here

@@ -16,7 +16,7 @@ from tpuserve.planner.arithmetic import (
     build_plan,
     load_geometry,
 )
-from tpuserve.settings.models import Deployment
+from tpuserve.settings.deployment import Deployment
 
 
 @lru_cache(maxsize=8)

@@ -1,13 +1,15 @@
 """The measured rule behind each `vllm serve` flag and tpu-inference variable (SPEC 4).
 
 `review` prints these next to a changed flag so a reviewer sees why the old value was chosen
-without opening SPEC. They explain; they do not enforce: the validators in tpuserve.settings.models
-are the rules that stop a bad value. Keep both in step when a measurement changes.
+without opening SPEC. They explain; they do not enforce: the validators in tpuserve/settings/vllm.py
+stop a bad value. Measured numbers come from tpuserve/facts.py, as the validators' do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tpuserve.facts import COLD_START_S, E2B_MEASURED_TPOT_MS, GPU_MEM_CEILING, MM_ITEM_TOKENS
 
 # The positional model argument of `vllm serve MODEL` is reported under this name; the
 # container image (not an argument, but it decides the compiled programs) under "image".
@@ -38,29 +40,33 @@ _RULES = (
              "32768 -> block 64, 5,021 blocks; doubling it costs no KV capacity (SPEC 4)"),
     FlagRule("--max-num-batched-tokens", "vllm.max_num_batched_tokens",
              "4096: TPU compiles a power-of-two ladder and rounds up (2496 cost -24.7% at 8k/64); "
-             "multimodal input needs >= 2496 or boot fails (SPEC 4)"),
+             f"multimodal input needs >= {MM_ITEM_TOKENS} or boot fails (SPEC 4)"),
     FlagRule("--max-num-seqs", "vllm.max_num_seqs",
              "leave the default 256: capping at 64 was worse in every measured cell (SPEC 4)"),
     FlagRule("--tensor-parallel-size", "vllm.tensor_parallel_size",
              "1 on one chip: the single KV head is padded to a multiple of TP, so TP=4 pays 4x "
              "KV memory (SPEC 4)"),
     FlagRule("--gpu-memory-utilization", "vllm.gpu_memory_utilization",
-             "0.92 is the ceiling: it governs weights + KV only; 0.95 died 691 s into boot with "
+             f"{GPU_MEM_CEILING} is the ceiling: it governs weights + KV only; 0.95 died 691 s "
+             "into boot with "
              "RuntimeProgramAllocationFailure, twice (SPEC 4)"),
     FlagRule("--kv-cache-memory", "vllm.kv_cache_memory_bytes",
              "the KV pool in bytes instead of the fraction; skips memory profiling on later "
              "boots; measured-good 5923602432 (SPEC 4)"),
     FlagRule("--block-size", "vllm.block_size",
-             "never set it: the backend's 512 blocks per request decode at 8.02 ms TPOT, a "
+             "never set it: the backend's 512 blocks per request decode at "
+             f"{E2B_MEASURED_TPOT_MS} ms TPOT, a "
              "misconfigured 2048 at 8.32 ms (SPEC 4)"),
     FlagRule("--enable-prefix-caching", "vllm.enable_prefix_caching",
              "on in the measured serving command: requests sharing a prefix reuse KV blocks "
              "(SPEC 4)"),
     FlagRule("--disable-chunked-mm-input", "vllm.disable_chunked_mm_input",
-             "the multimodal contract: with image 4 / audio 1 one item needs 2496 batched "
+             "the multimodal contract: with image 4 / audio 1 one item needs "
+             f"{MM_ITEM_TOKENS} batched "
              "tokens; a text-only deployment may drop it (SPEC 4)"),
     FlagRule("--limit-mm-per-prompt", "vllm.limit_mm_per_prompt",
-             '{"image":4,"audio":1} with --disable-chunked-mm-input sets the 2496-token floor '
+             '{"image":4,"audio":1} with --disable-chunked-mm-input sets the '
+             f"{MM_ITEM_TOKENS}-token floor "
              "of max-num-batched-tokens (SPEC 4)"),
     FlagRule("--enable-auto-tool-choice", "vllm.enable_auto_tool_choice",
              "OpenAI-compatible tool calling; its structured-decoding programs are paid from "
@@ -85,7 +91,8 @@ _RULES = (
              "off by default: slices the rotary cache to max_model_len at load, freeing HBM "
              "(SPEC 4)"),
     FlagRule("NUM_PRECOMPILE_WORKERS", "vllm.env.NUM_PRECOMPILE_WORKERS",
-             "1 by default: parallel XLA precompilation; compilation is 685 of the 857 s cold "
+             "1 by default: parallel XLA precompilation; compilation is 685 of the "
+             f"{COLD_START_S:.0f} s cold "
              "start (SPEC 4)"),
     FlagRule("VLLM_TPU_BUCKET_PADDING_GAP", "vllm.env.VLLM_TPU_BUCKET_PADDING_GAP",
              "0 by default (powers of two); 128 gives linear bucket steps, untested and "

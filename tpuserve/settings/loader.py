@@ -1,40 +1,204 @@
-"""Every rule at once: the settings' own validators, then the planner's capacity rules.
+"""THE config loader: TOML in, validated and capacity-checked deployments plus warnings out.
 
-config.py validates settings; capacity.py applies the planner to a validated Deployment. This
-module runs both and reports every problem together, which is what synth (main.py) and the
-CLI's `plan` need. Data flows one way: config -> capacity -> checks.
+Synth (main.py), every CLI command, the plan review and the tests load through `load` (the
+default TOML, TPUSERVE_CONFIG's file and TPUSERVE_PROJECT/ZONE) or `from_raw` (a dict already
+read). Each runs every stack's validators, then the planner's capacity rules
+(settings/capacity.py), and raises one ConfigError listing every problem; soft rules come
+back as warnings. Data flows one way: sections -> deployment -> capacity, warnings -> loader.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from tpuserve.paths import DEFAULT_CONFIG
+from tpuserve.settings.base import STACK_NAMES, ConfigError
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
-from tpuserve.settings.models import (
-    ConfigError,
-    Deployment,
-    deployment_warnings,
-    load_raw,
-    merge_stacks,
-    validate,
-)
+from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.sections import StackSettings
+from tpuserve.settings.string_rules import shown
+from tpuserve.settings.warnings import deployment_warnings, shared_resource_warnings
 
 
-def checked_deployments(environ: Mapping[str, str] | None = None) -> dict[str, Deployment]:
-    """Load, validate and capacity-check every stack; raise ConfigError with every problem."""
-    return check_raw(load_raw(environ=environ))
+@dataclass(frozen=True)
+class Loaded:
+    """Every stack's deployment, and the warnings to print: `[stack] ...` ones, then shared."""
+
+    deployments: dict[str, Deployment]
+    warnings: list[str] = field(default_factory=list)
 
 
-def check_raw(raw: Mapping[str, Any]) -> dict[str, Deployment]:
+def load(environ: Mapping[str, str] | None = None, *, path: Path = DEFAULT_CONFIG) -> Loaded:
+    """The configuration as synth sees it; environ defaults to os.environ."""
+    return from_raw(load_raw(path, environ=environ))
+
+
+def from_raw(raw: Mapping[str, Any]) -> Loaded:
     """Validate and capacity-check a raw config; raise ConfigError with every problem."""
     deployments, problems = validate(raw)
     for name, d in deployments.items():
         problems.extend(f"[{name}] {p}" for p in capacity_problems(d))
     if problems:
         raise ConfigError(merge_stacks(problems))
-    return deployments
+    warnings = [f"[{name}] {w}" for name, d in deployments.items() for w in all_warnings(d)]
+    return Loaded(deployments, warnings + shared_resource_warnings(deployments))
 
 
 def all_warnings(d: Deployment) -> list[str]:
+    """One stack's soft rules: its settings' own, then the planner's."""
     return deployment_warnings(d) + capacity_warnings(d)
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_raw(
+    path: Path = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The default TOML, with TPUSERVE_CONFIG's file and TPUSERVE_PROJECT/ZONE merged over."""
+    env = os.environ if environ is None else environ
+    raw = _read_toml(path, "the default config")
+    if user := env.get("TPUSERVE_CONFIG"):
+        raw = deep_merge(raw, _anchor_geometry(_read_toml(Path(user), "TPUSERVE_CONFIG"),
+                                               Path(user).parent))
+    for var, key in (("TPUSERVE_PROJECT", "project"), ("TPUSERVE_ZONE", "zone")):
+        if value := env.get(var):
+            raw = deep_merge(raw, {"gcp": {key: value}})
+    return raw
+
+
+def _anchor_geometry(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A relative capacity.model_geometry in the user's file names a file beside that file, not
+    one in this checkout's config/ (which the default config's relative names are against)."""
+    stacks = raw.get("stacks")
+    tables = [raw, *(t for t in stacks.values() if isinstance(t, dict))] \
+        if isinstance(stacks, dict) else [raw]
+    for table in tables:
+        capacity = table.get("capacity")
+        name = capacity.get("model_geometry") if isinstance(capacity, dict) else None
+        if isinstance(name, str) and name and not Path(name).is_absolute():
+            capacity["model_geometry"] = str(base.resolve() / name)
+    return raw
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file as a dict; an unreadable or malformed file is a ConfigError, not a traceback."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{what} = {shown(str(path))}: cannot be read ({exc})"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{what} = {shown(str(path))}: not valid TOML ({exc})"]) from None
+
+
+def _format_error(stack: str, err: Mapping[str, Any]) -> str:
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "value_error" and " = " in msg.split(":", 1)[0]:
+        return f"[{stack}] {msg}"  # our own rule: it already names setting and value
+    # A key the user wrote is part of the location: shown like a value unless it is a plain word.
+    where = ".".join(
+        str(p) if re.fullmatch(r"[A-Za-z0-9_\[\]-]{1,64}", str(p)) else shown(p)
+        for p in err["loc"]
+    ) or "(top level)"
+    value = err.get("input")
+    text = "" if isinstance(value, Mapping) else f" = {shown(value)}"
+    return f"[{stack}] {where}{text}: {msg}{_type_hint(err['type'], value)}"
+
+
+def _type_hint(kind: str, value: object) -> str:
+    """Strict types: say how TOML spells the wanted type."""
+    if kind in ("int_type", "bool_type", "float_type", "finite_number") and isinstance(value, str):
+        return " (TOML has types: write the value without quotes, e.g. 8000 or true)"
+    if kind == "bool_type":
+        return " (TOML has types: a boolean is true or false)"
+    if kind == "int_type":
+        return " (TOML has types: an integer has no decimal point and is not true/false)"
+    if kind == "string_type":
+        return " (TOML has types: a string is quoted)"
+    return ""
+
+
+# Keys the loader sets itself: the stack's name (from its [stacks.NAME] table) and the stack's
+# own settings (gathered from that table into `stack`). A user who writes them is refused.
+LOADER_KEYS = ("name", "stack")
+
+
+def _stack_tables(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Mapping[str, Any]]:
+    """The [stacks.NAME] tables; what is not a table is a problem, not a traceback."""
+    stacks = raw.get("stacks", {})
+    if not isinstance(stacks, Mapping):
+        problems.append(
+            f"stacks = {shown(stacks)}: must be a table of stacks, [stacks.spot] ... "
+            f"(the stacks are {list(STACK_NAMES)})"
+        )
+        return {}
+    unknown = ", ".join(sorted(shown(k) for k in set(stacks) - set(STACK_NAMES)))
+    if unknown:
+        problems.append(f"stacks: unknown stack(s) {unknown}; the stacks are {list(STACK_NAMES)}")
+    out: dict[str, Mapping[str, Any]] = {}
+    for name in STACK_NAMES:
+        if name not in stacks:
+            continue
+        table = stacks[name]
+        if not isinstance(table, Mapping):
+            problems.append(f"[{name}] stacks.{name} = {shown(table)}: must be a table")
+            continue
+        out[name] = table
+    return out
+
+
+def _loader_keys_written(raw: Mapping[str, Any], tables: Mapping[str, Mapping[str, Any]],
+                         ) -> list[str]:
+    why = {"name": "the [stacks.NAME] table names the stack",
+           "stack": "a stack's settings go directly in its [stacks.NAME] table"}
+    found = [(key, key) for key in LOADER_KEYS if key in raw]
+    found += [(f"stacks.{n}.{key}", key) for n, t in tables.items() for key in LOADER_KEYS
+              if key in t]
+    return [f"{where}: set by the loader itself ({why[key]}); remove it" for where, key in found]
+
+
+def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Deployment], list[str]]:
+    """Validate every stack of a raw config: the stacks that passed, and every problem found."""
+    problems: list[str] = []
+    out: dict[str, Deployment] = {}
+    stacks = _stack_tables(raw, problems)
+    problems.extend(_loader_keys_written(raw, stacks))
+    if problems:
+        return out, problems
+    shared = {k: v for k, v in raw.items() if k != "stacks"}
+    for name, table in stacks.items():
+        over = dict(table)
+        stack_keys = {k: over.pop(k) for k in list(over) if k in StackSettings.model_fields}
+        data = deep_merge(shared, over) | {"name": name, "stack": stack_keys}
+        try:
+            out[name] = Deployment.model_validate(data)
+        except ValidationError as exc:
+            problems.extend(_format_error(name, e) for e in exc.errors())
+    return out, problems
+
+
+def merge_stacks(problems: list[str]) -> list[str]:
+    """A shared setting fails in every stack: say it once, naming the stacks."""
+    by_msg: dict[str, list[str]] = {}
+    for p in problems:
+        stack, _, msg = p.partition("] ")
+        if not p.startswith("[") or not msg:  # a problem of the file, not of a stack
+            by_msg.setdefault(p, [])
+            continue
+        by_msg.setdefault(msg, []).append(stack.lstrip("["))
+    return [f"[{', '.join(stacks)}] {msg}" if stacks else msg for msg, stacks in by_msg.items()]

@@ -1,0 +1,307 @@
+"""The config's sections other than [vllm]: gcp, tpu, access, pricing, cache, capacity, state and
+each stack's own table. Every measured rule is a validator that names the setting, the value,
+the rule and the measurement."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from tpuserve.facts import (
+    E2B_WEIGHTS_GIB,
+    MAX_FLEX_RUN_SECONDS,
+    MAX_GUARD_RUN_HOURS,
+    PRICES_USD_PER_CHIP_HOUR,
+)
+from tpuserve.paths import DEFAULT_CONFIG
+from tpuserve.settings import string_rules as rules
+from tpuserve.settings.base import (
+    ProvisioningModel,
+    StrictModel,
+    image_reference,
+    parse_duration,
+    spec_error,
+)
+from tpuserve.settings.string_rules import check, shown
+
+# Subnets the project creates for itself: private IPv4 (RFC 1918) only, /8 to /29 (the
+# smallest subnet Compute Engine accepts).
+PRIVATE_V4 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
+                                                      "192.168.0.0/16"))
+
+
+class GcpSettings(StrictModel):
+    project: str
+    zone: str = "us-west4-a"
+    # Unset: the project creates a network and subnet of its own (`<deployment>-net`), so the
+    # firewall rules are the only ones that apply. Set: bring your own (nothing is created).
+    network: str | None = None
+    # Names the long-lived resources every stack of one deployment shares (the network).
+    deployment: str = "tpuserve"
+    subnet_cidr: str = "10.64.0.0/20"
+
+    @field_validator("deployment")
+    @classmethod
+    def _deployment(cls, v: str) -> str:
+        # The guard's service account id is `<deployment>-guard`: 6-30 characters in all.
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,18}[a-z0-9]", v):
+            raise ValueError(
+                f"gcp.deployment = {v!r}: 2-20 lowercase letters, digits or hyphens, starting "
+                "with a letter and not ending with a hyphen (it prefixes resource names such "
+                "as the service account <deployment>-guard, at most 30 characters)"
+            )
+        return v
+
+    @field_validator("subnet_cidr")
+    @classmethod
+    def _subnet_cidr(cls, v: str) -> str:
+        try:
+            net = ipaddress.ip_network(v, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"gcp.subnet_cidr = {v!r}: not a CIDR ({exc})") from None
+        if not (isinstance(net, ipaddress.IPv4Network) and 8 <= net.prefixlen <= 29
+                and any(net.subnet_of(p) for p in PRIVATE_V4)):
+            raise ValueError(
+                f"gcp.subnet_cidr = {v!r}: must be a private IPv4 range (10/8, 172.16/12 or "
+                "192.168/16) from /8 to /29 (Compute Engine subnets: RFC 1918, /29 smallest)"
+            )
+        return v
+
+    @field_validator("project")
+    @classmethod
+    def _project_id(cls, v: str) -> str:
+        return check("gcp.project", v, rules.PROJECT)
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        return check("gcp.zone", v, rules.ZONE)
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str | None) -> str | None:
+        # None: tpuserve creates the deployment's network.
+        return None if v is None else check("gcp.network", v, rules.NETWORK)
+
+    @property
+    def region(self) -> str:
+        return self.zone.rsplit("-", 1)[0]
+
+
+class TpuSettings(StrictModel):
+    accelerator_type: str = "v5litepod-1"
+    runtime_version: str = "v2-alpha-tpuv5-lite"
+
+    @field_validator("runtime_version")
+    @classmethod
+    def _runtime(cls, v: str) -> str:
+        return check("tpu.runtime_version", v, rules.RUNTIME_VERSION)
+
+    @field_validator("accelerator_type")
+    @classmethod
+    def _accelerator(cls, v: str) -> str:
+        if re.fullmatch(r"v5e-[0-9]+", v):
+            raise spec_error(
+                "tpu.accelerator_type", v, f"spell it 'v5litepod-{v.split('-')[1]}'",
+                "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",
+            )
+        if not re.fullmatch(r"v5litepod-(1|4|8|16|32|64|128|256)", v):
+            raise spec_error(
+                "tpu.accelerator_type", v, "must be a v5e slice: v5litepod-1, -4, -8 ... -256",
+                "SPEC 1: this deployment targets Cloud TPU v5e",
+            )
+        return v
+
+    @property
+    def chips(self) -> int:
+        return int(self.accelerator_type.rsplit("-", 1)[1])
+
+
+class AccessSettings(StrictModel):
+    api_source_ranges: list[str] = Field(default_factory=list)
+    ssh_source_ranges: list[str] = Field(default_factory=list)
+    # vLLM's --api-key guards only /v1; the proxy checks the key on every path but /health.
+    api_key_proxy: bool = True
+    proxy_image: str = "nginx:1.27.3-alpine"
+    # TLS on the public port, terminated by the proxy: "self-signed" makes a certificate on
+    # the node (its key never leaves it) that the tpuserve CLI pins; "off" sends the key and
+    # every prompt in clear text.
+    tls: Literal["self-signed", "off"] = "self-signed"
+
+    @property
+    def tls_on(self) -> bool:
+        """The proxy terminates TLS: with the proxy off, port 8000 is vLLM's plain HTTP."""
+        return self.api_key_proxy and self.tls == "self-signed"
+
+    @field_validator("proxy_image")
+    @classmethod
+    def _proxy_image(cls, v: str) -> str:
+        return image_reference("access.proxy_image", v)
+
+    @field_validator("api_source_ranges", "ssh_source_ranges")
+    @classmethod
+    def _cidrs(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        setting = f"access.{info.field_name}"
+        if len(v) > 256:
+            raise ValueError(f"{setting}: {len(v)} ranges; a firewall rule takes at most 256")
+        for cidr in v:
+            try:
+                net = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                # ipaddress repeats the value: only a short printable one is worth its words.
+                why = f" ({exc})" if re.fullmatch(r"[ -~]{1,64}", cidr) else ""
+                raise ValueError(
+                    f"{setting} = [{shown(cidr)}]: not a CIDR like 203.0.113.0/24{why}"
+                ) from None
+            if str(net) != cidr:  # a CIDR in its one canonical spelling, nothing around it
+                raise ValueError(
+                    f"{setting} = [{shown(cidr)}]: not a CIDR in canonical form (write {net})"
+                )
+        return v
+
+
+# $/chip-hour bound: SPEC 2's list prices are 0.58-1.20; 100 catches a price typed per month
+# or in cents without refusing any real TPU price.
+MAX_USD_PER_CHIP_HOUR = 100.0
+Price = Annotated[float, Field(gt=0, le=MAX_USD_PER_CHIP_HOUR)]
+
+
+class PricingSettings(StrictModel):
+    """$/chip-hour: SPEC 2's us-west4 list prices (tpuserve/facts.py) unless [pricing] sets them."""
+
+    spot: Price = PRICES_USD_PER_CHIP_HOUR["spot"]
+    flex: Price = PRICES_USD_PER_CHIP_HOUR["flex"]
+    ondemand: Price = PRICES_USD_PER_CHIP_HOUR["ondemand"]
+
+    @field_validator("spot", "flex", "ondemand", mode="before")
+    @classmethod
+    def _price(cls, v: object, info: ValidationInfo) -> object:
+        if isinstance(v, int | float) and not isinstance(v, bool) and not (
+            0 < v <= MAX_USD_PER_CHIP_HOUR
+        ):
+            raise spec_error(
+                f"pricing.{info.field_name}", v,
+                f"must be a finite $/chip-hour above 0 and at most {MAX_USD_PER_CHIP_HOUR:g}",
+                "SPEC 2: list prices are 0.58-1.20 $/chip-hour; a larger number is a price "
+                "per month or in cents, and every cost figure would be wrong",
+            )
+        return v
+
+
+class CacheSettings(StrictModel):
+    """The XLA compile cache in a per-stack Cloud Storage bucket (SPEC 4: a warm boot is faster)."""
+
+    enabled: bool = True
+    # Days a cache may go unused before the bucket deletes it: every healthy boot that restores
+    # or publishes it renews its object's customTime (lifecycle days_since_custom_time).
+    retention_days: Annotated[int, Field(ge=1, le=3650)] = 30
+
+
+class CapacitySettings(StrictModel):
+    """Inputs of the capacity planner (SPEC 5-6) that synth checks against the KV pool."""
+
+    # A Hugging Face config.json; relative paths are relative to the config/ directory.
+    model_geometry: str = "models/gemma-4-E2B-it.json"
+    # SPEC 5: resident bf16 weights measured on the chip (vision and audio towers included).
+    weights_gib: Annotated[float, Field(gt=0, le=1024)] = E2B_WEIGHTS_GIB
+    # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
+    expected_clients: Annotated[int, Field(ge=1, le=1_000_000)] | None = 16
+    expected_context: Annotated[int, Field(ge=1, le=1 << 24)] | None = 1024
+
+    @field_validator("model_geometry")
+    @classmethod
+    def _geometry(cls, v: str) -> str:
+        return check("capacity.model_geometry", v, rules.GEOMETRY_PATH)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> CapacitySettings:
+        if (self.expected_clients is None) != (self.expected_context is None):
+            raise ValueError(
+                "capacity.expected_clients and capacity.expected_context go together: "
+                "set both or neither"
+            )
+        return self
+
+    @property
+    def geometry_path(self) -> Path:
+        return (DEFAULT_CONFIG.parent / self.model_geometry).resolve()
+
+
+class StateSettings(StrictModel):
+    """Where Terraform keeps each stack's state: local files, or a GCS bucket for teams/CI."""
+
+    gcs_bucket: str | None = None
+    gcs_prefix: str = "tpuserve"
+
+    @field_validator("gcs_bucket")
+    @classmethod
+    def _bucket(cls, v: str | None) -> str | None:
+        if v is not None:
+            check("state.gcs_bucket", v, rules.GCS_BUCKET)
+            if len(v) < 3 or any(len(part) > 63 for part in v.split(".")):
+                raise spec_error("state.gcs_bucket", v, "3-222 characters, 63 at most a part",
+                                  "Cloud Storage bucket naming rules")
+        return v
+
+    @field_validator("gcs_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        return check("state.gcs_prefix", v, rules.GCS_PREFIX)
+
+
+class StackSettings(StrictModel):
+    provisioning_model: ProvisioningModel
+    # Billing guard for spot/ondemand: a Cloud Tasks task deletes the node this many hours
+    # after its createTime (0: off); Cloud Tasks schedules at most 30 days ahead.
+    max_run_hours: Annotated[float, Field(ge=0)] = 8
+    # Flex-start only (SPEC 2): the node deletes itself after this long.
+    max_run_duration: str = "4h"
+    valid_until_duration: str | None = None
+
+    @field_validator("max_run_hours")
+    @classmethod
+    def _guard_hours(cls, v: float) -> float:
+        # The guard counts whole seconds: below one, int(hours * 3600) is 0, which means "off".
+        if 0 < v * 3600 < 1:
+            raise spec_error(
+                "stack.max_run_hours", v, "must be 0 (guard off) or at least 1/3600 (one second)",
+                "the billing guard counts whole seconds; a shorter limit would silently turn it "
+                "off while the guard keeps its rights",
+            )
+        if v > MAX_GUARD_RUN_HOURS:
+            raise spec_error(
+                "stack.max_run_hours", v, f"must be at most {MAX_GUARD_RUN_HOURS} (30 days)",
+                "the billing guard is a Cloud Tasks task, and Cloud Tasks schedules a task at "
+                "most 30 days ahead",
+            )
+        return v
+
+    @field_validator("max_run_duration", "valid_until_duration")
+    @classmethod
+    def _duration(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        check(f"stack.{info.field_name}", v, rules.DURATION)
+        seconds = parse_duration(v)
+        if not 0 < seconds <= MAX_FLEX_RUN_SECONDS and info.field_name == "max_run_duration":
+            raise spec_error(
+                f"stack.{info.field_name}", v, "must be more than 0 and at most 7d",
+                "flex-start capacity lasts at most 7 days",
+            )
+        if seconds == 0:  # valid_until_duration: how long the request may wait in the queue
+            raise spec_error(
+                f"stack.{info.field_name}", v, "must be more than 0 (or unset: no limit)",
+                "a queued resource that may wait 0 s can never be provisioned",
+            )
+        return v
+
+

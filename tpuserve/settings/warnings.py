@@ -1,0 +1,114 @@
+"""Soft rules: settings that synth accepts but that a user should hear about (printed at synth)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+
+from tpuserve.facts import (
+    FLEX_ZONES_GOOD,
+    GPU_MEM_CEILING,
+    HOURS_PER_MONTH,
+    KV_DTYPES_FP8,
+    MODEL_KV_HEADS,
+)
+from tpuserve.settings.deployment import Deployment
+
+
+def shared_resource_warnings(deployments: Mapping[str, Deployment]) -> list[str]:
+    """Stacks that would each create one of the deployment's long-lived resources.
+
+    The network and the billing guard's identity and queue are named for the deployment, but
+    until a shared base holds them each stack declares them in its own Terraform state: a
+    second such stack of one deployment and project fails with 409 "already exists"."""
+    owners: dict[str, list[str]] = {}
+    for name, d in deployments.items():
+        if d.creates_network:
+            owners.setdefault(f"network {d.network_name} in project {d.gcp.project}",
+                              []).append(name)
+        if d.has_billing_guard:
+            owners.setdefault(f"billing-guard account and queue {d.guard_service_account_id} "
+                              f"in project {d.gcp.project}", []).append(name)
+    return [
+        f"stacks {', '.join(names)} each create the {what}: deploy one of them at a time, or "
+        "give each its own `[stacks.NAME.gcp] deployment`"
+        for what, names in owners.items() if len(names) > 1
+    ]
+
+
+def deployment_warnings(d: Deployment) -> list[str]:
+    """Soft rules of the settings themselves (capacity ones: tpuserve.settings.loader)."""
+    v = d.vllm
+    out: list[str] = []
+    if v.kv_cache_dtype in KV_DTYPES_FP8:
+        out.append(
+            f"vllm.kv_cache_dtype = {v.kv_cache_dtype!r}: buys 1.000x KV capacity at ~2% lower "
+            "throughput (SPEC 4: the word-aligned block layout keeps 5,021 blocks); prefer auto"
+        )
+    mnbt = v.max_num_batched_tokens
+    if mnbt & (mnbt - 1):
+        bucket = 1 << (mnbt - 1).bit_length()
+        out.append(
+            f"vllm.max_num_batched_tokens = {mnbt}: not a power of two, it compiles as the "
+            f"{bucket} bucket anyway (SPEC 4: 2496 compiled the 4096 ladder and cost -24.7% "
+            "throughput at 8k/64); use a power of two"
+        )
+    if v.tensor_parallel_size > 1:
+        out.append(
+            f"vllm.tensor_parallel_size = {v.tensor_parallel_size}: the model has "
+            f"{MODEL_KV_HEADS} KV head, padded to a multiple of TP, so KV memory is paid "
+            f"{v.tensor_parallel_size}x for one replicated head (SPEC 4)"
+        )
+    if v.gpu_memory_utilization > GPU_MEM_CEILING:
+        out.append(
+            f"vllm.gpu_memory_utilization = {v.gpu_memory_utilization}: untested above "
+            f"{GPU_MEM_CEILING} (SPEC 4: estimated margins ~291 MB at 0.93, ~127 MB at 0.94; "
+            "0.95 died)"
+        )
+    if v.max_num_seqs is not None:
+        out.append(
+            f"vllm.max_num_seqs = {v.max_num_seqs}: capping it was worse in every measured "
+            "cell (SPEC 4: 64 vs the default 256); leave it unset"
+        )
+    if d.stack.provisioning_model != "flex" and d.stack.max_run_hours == 0:
+        monthly = d.usd_per_hour * HOURS_PER_MONTH
+        out.append(
+            f"stack.max_run_hours = 0: the billing guard is off; {d.stack.provisioning_model} "
+            f"bills ${d.usd_per_hour:.4f}/h until deleted, ${monthly:,.0f} a month (SPEC 7)"
+        )
+    if d.gcp.network is not None and d.gcp.network.rsplit("/", 1)[-1] == "default":
+        out.append(
+            "gcp.network = 'default': its pre-made rules (default-allow-ssh, -rdp, -icmp from "
+            "0.0.0.0/0) apply to the node and its external IP next to tpuserve's own; unset "
+            "gcp.network to let tpuserve create a network whose only rules are its own"
+        )
+    if not d.access.api_key_proxy and any(
+        ipaddress.ip_network(r).prefixlen == 0 for r in d.access.api_source_ranges
+    ):
+        out.append(
+            "access.api_key_proxy = false with port "
+            f"{d.vllm.port} open to {d.access.api_source_ranges}: /metrics, /tokenize and /v1 "
+            "are reachable by anyone; keep the proxy or front the node with your own gateway"
+        )
+    if d.access.api_source_ranges and not d.access.tls_on:
+        why = ("access.tls = 'off'" if d.access.api_key_proxy
+               else "access.api_key_proxy = false (the proxy terminates TLS)")
+        out.append(
+            f"{why} with port {d.vllm.port} open to {d.access.api_source_ranges}: the API key "
+            "and every prompt and answer cross the network in clear text; keep the proxy and "
+            "access.tls = 'self-signed' (the default)"
+        )
+    if d.stack.provisioning_model == "flex" and d.gcp.zone not in FLEX_ZONES_GOOD:
+        good = ", ".join(f"{z} ({why})" for z, why in FLEX_ZONES_GOOD.items())
+        out.append(
+            f"gcp.zone = {d.gcp.zone!r}: flex-start acceptance of {d.tpu.accelerator_type} is "
+            f"unknown there (known good: {good}); a create that is refused fails at deploy "
+            "(SPEC 2: quota in a zone says nothing about whether flex-start is accepted)"
+        )
+    if d.tpu.accelerator_type != "v5litepod-1":
+        out.append(
+            f"tpu.accelerator_type = {d.tpu.accelerator_type!r}: every figure in SPEC was "
+            "measured on v5litepod-1"
+        )
+    return out
+
