@@ -10,7 +10,7 @@ import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -18,8 +18,18 @@ import httpx
 from .bounded_http import BoundedTransport, Deadline, bounded_client
 from .errors import EXIT_USAGE, OpsError, one_line
 
-if TYPE_CHECKING:
-    from .tls import Pin
+
+@dataclass(frozen=True)
+class Pin:
+    """One certificate clients trust: its SHA-256 (lowercase hex, of the DER) and the DER."""
+
+    fingerprint: str
+    cert_der: bytes
+    source: str  # where the pin came from, for messages
+
+    @property
+    def pem(self) -> str:
+        return ssl.DER_cert_to_PEM_cert(self.cert_der)
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,15 @@ import re
 import socket
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE as NAMESPACE
+
 from .boot_phases import parse_time
 from .errors import EXIT_USAGE, OpsError, one_line
-from .server import ServerTarget
+from .server import Pin, ServerTarget
 
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
@@ -37,19 +38,6 @@ if TYPE_CHECKING:
 TLS_ATTRIBUTE = "tls"  # the key in the boot's guest-attribute namespace
 CONNECT_TIMEOUT_S = 10.0
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One certificate clients trust: its SHA-256 (lowercase hex, of the DER) and the DER."""
-
-    fingerprint: str
-    cert_der: bytes
-    source: str  # where the pin came from, for messages
-
-    @property
-    def pem(self) -> str:
-        return ssl.DER_cert_to_PEM_cert(self.cert_der)
 
 
 def fingerprint_of(der: bytes) -> str:
@@ -99,12 +87,12 @@ def published_tls(attrs: Mapping[str, str], *, where: str) -> Pin | str | None:
         der = b""
     if not _HEX64.fullmatch(fingerprint) or not der or fingerprint_of(der) != fingerprint:
         raise OpsError(
-            f"{where}: guest attribute tpuserve/{TLS_ATTRIBUTE} is not a certificate and its "
+            f"{where}: guest attribute {NAMESPACE}/{TLS_ATTRIBUTE} is not a certificate and its "
             f"SHA-256 ({one_line(value, 80)})",
             hint="the node's boot script writes it; redeploy the stack if it was changed",
         )
     return Pin(fingerprint, der, f"published by {where} in guest attribute "
-               f"tpuserve/{TLS_ATTRIBUTE}")
+               f"{NAMESPACE}/{TLS_ATTRIBUTE}")
 
 
 def pinned_context(pin: Pin) -> ssl.SSLContext:
@@ -196,7 +184,7 @@ def stack_target(d: Deployment, external_ip: str, attrs: Mapping[str, str],
     if published is None:
         raise OpsError(
             f"{d.name}: {where} has not published its TLS certificate yet (guest attribute "
-            f"tpuserve/{TLS_ATTRIBUTE})",
+            f"{NAMESPACE}/{TLS_ATTRIBUTE})",
             hint=f"`tpuserve wait {d.name}` blocks until it serves",
         )
     if published == "off":
