@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tpuserve.plan_gate import main, problems, template_expressions
+from tpuserve.review.gate import main, problems, template_expressions
 
 TERRAFORM = shutil.which("terraform")
 CANARY = "gha-creds-canary-5be1"

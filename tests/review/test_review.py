@@ -25,24 +25,14 @@ from typer.testing import CliRunner
 
 from tpuserve.cli import review as review_cli
 from tpuserve.paths import REPO_ROOT
-from tpuserve.review import (
-    MARKER,
-    REDACTED,
-    ConfigFacts,
-    Review,
-    RevisionFacts,
-    StackReview,
-    Synthesis,
-    argv_options,
-    build_review,
-    config_environ,
-    config_facts,
-    diff_documents,
-    redact,
-    render_markdown,
-    review,
-    synth_env,
-)
+from tpuserve.review.compare import argv_options, build_review, diff_documents
+from tpuserve.review.config_facts import config_environ, config_facts
+from tpuserve.review.markdown import MARKER, render_markdown
+from tpuserve.review.model import Review, StackReview
+from tpuserve.review.redact import REDACTED, redact
+from tpuserve.review.revision_facts import ConfigFacts, RevisionFacts, Synthesis
+from tpuserve.review.run import review
+from tpuserve.review.synthesis import synth_env
 from tpuserve.settings.flag_rules import FLAG_RULES, rule_for
 
 COPIED = ("main.py", "cdktf.json", "stacks", "tpuserve", "templates", "config")

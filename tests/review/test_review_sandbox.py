@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from tests.review.test_review import git
 from tpuserve.cli import review as review_cli
-from tpuserve.review import review, synth_env
+from tpuserve.review.run import review
+from tpuserve.review.synthesis import synth_env
 
 CANARY = "canaryCREDENTIAL7c1e"
 

@@ -9,7 +9,11 @@ from typing import Annotated
 import typer
 
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
-from tpuserve.review import ReviewError, redact, render_json, render_markdown, review
+from tpuserve.review.markdown import render_markdown
+from tpuserve.review.model import render_json
+from tpuserve.review.redact import redact
+from tpuserve.review.revisions import ReviewError
+from tpuserve.review.run import review
 
 from .common import JsonOpt, command, err_console
 

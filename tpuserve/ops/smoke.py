@@ -135,16 +135,39 @@ def run_smoke(
 ) -> list[Check]:
     """Run every check; `http` should be `server.http_client(..., Deadline(opts.deadline_s))`
     so that no single answer outlives the deadline either."""
-    api = _Api(http, target)
-    deadline_at = clock() + opts.deadline_s
-    checks: list[Check] = []
-    state: dict[str, Any] = {"model": opts.model, "max_model_len": opts.max_model_len}
+    smoke = _Smoke(target, opts, http, on_check, clock)
+    smoke.run("health", smoke.health)
+    smoke.run("models", smoke.models)
+    smoke.run("chat completion", smoke.chat)
+    smoke.run("tool call", smoke.tool_call)
+    smoke.run("image input", smoke.image)
+    smoke.run("long prompt", smoke.long_prompt)
+    smoke.run("no key on /v1 refused", smoke.refused("/v1/models"))
+    smoke.run("no key on /metrics refused", smoke.refused("/metrics"))
+    smoke.run("no key: encoded variants refused", smoke.bypass)
+    return smoke.checks
 
-    def run(name: str, fn: Callable[[], str]) -> None:
-        t0 = clock()
+
+class _Smoke:
+    """One smoke run: the checks, each a method returning its detail, and what they learn
+    (the served model and its max_model_len, which later checks need)."""
+
+    def __init__(self, target: ServerTarget, opts: SmokeOptions, http: httpx.Client,
+                 on_check: Callable[[Check], None], clock: Callable[[], float]) -> None:
+        self.target, self.opts, self.http = target, opts, http
+        self.api = _Api(http, target)
+        self.on_check, self.clock = on_check, clock
+        self.deadline_at = clock() + opts.deadline_s
+        self.checks: list[Check] = []
+        self.model = opts.model
+        self.max_model_len = opts.max_model_len
+
+    def run(self, name: str, fn: Callable[[], str]) -> None:
+        """Run one check within the overall deadline; any failure becomes one line."""
+        t0 = self.clock()
         try:
-            if t0 >= deadline_at:
-                raise CheckFailed(f"not run: the overall deadline of {opts.deadline_s:g} s "
+            if t0 >= self.deadline_at:
+                raise CheckFailed(f"not run: the overall deadline of {self.opts.deadline_s:g} s "
                                   "passed (--deadline)")
             detail, result = fn(), PASS
         except CheckFailed as exc:
@@ -153,26 +176,26 @@ def run_smoke(
             detail, result = str(exc), SKIP
         except Exception as exc:  # a check reports any failure as one line
             detail, result = f"{type(exc).__name__}: {one_line(exc, 200)}", FAIL
-        check = Check(name, result, one_line(detail, 300), clock() - t0)
-        checks.append(check)
-        on_check(check)
+        check = Check(name, result, one_line(detail, 300), self.clock() - t0)
+        self.checks.append(check)
+        self.on_check(check)
 
-    def health() -> str:
-        ok, detail = server.health(http, target)
+    def health(self) -> str:
+        ok, detail = server.health(self.http, self.target)
         if not ok:
             raise CheckFailed(f"GET /health: {detail}")
         return f"GET /health: {detail}"
 
-    def models() -> str:
-        data = api.call("GET", "/models")
+    def models(self) -> str:
+        data = self.api.call("GET", "/models")
         cards = [c for c in data.get("data") or () if isinstance(c, dict) and c.get("id")]
         if not cards:
             raise CheckFailed("GET /v1/models listed no model")
         served = str(cards[0]["id"])
         mml = cards[0].get("max_model_len")
-        if state["model"] and state["model"] not in [c["id"] for c in cards]:
-            raise CheckFailed(f"the server serves {served!r}, not {state['model']!r}")
-        state["model"] = state["model"] or served
+        if self.model and self.model not in [c["id"] for c in cards]:
+            raise CheckFailed(f"the server serves {served!r}, not {self.model!r}")
+        self.model = self.model or served
         if mml is not None and (not isinstance(mml, int) or isinstance(mml, bool)
                                 or not 1 <= mml <= MAX_PLAUSIBLE_MODEL_LEN):
             raise CheckFailed(
@@ -180,17 +203,17 @@ def run_smoke(
                 f"length (1 to {MAX_PLAUSIBLE_MODEL_LEN:,} tokens); the long prompt will not "
                 "be built from it")
         if mml:
-            state["max_model_len"] = mml
+            self.max_model_len = mml
         return f"{served} (max_model_len {mml if mml else 'not reported'})"
 
-    def need_model() -> str:
-        if not state["model"]:
+    def need_model(self) -> str:
+        if not self.model:
             raise _Skip("no model: /v1/models failed and --model was not given")
-        return str(state["model"])
+        return str(self.model)
 
-    def chat() -> str:
-        message, _ = api.chat(
-            model=need_model(),
+    def chat(self) -> str:
+        message, _ = self.api.chat(
+            model=self.need_model(),
             messages=[{"role": "user", "content": "Reply with exactly one word: pong"}],
             max_tokens=64, temperature=0,
         )
@@ -199,38 +222,19 @@ def run_smoke(
             raise CheckFailed("/v1/chat/completions answered an empty message")
         return f"answered {text[:60]!r}"
 
-    def tool_call() -> str:
-        msg, _ = api.chat(
-            model=need_model(),
+    def tool_call(self) -> str:
+        msg, _ = self.api.chat(
+            model=self.need_model(),
             messages=[{"role": "user",
                        "content": "What is the weather in Paris right now? Use the tool."}],
             tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=256, temperature=0,
         )
-        calls = msg.get("tool_calls") or []
-        if not isinstance(calls, list) or not calls:
-            raise CheckFailed(f"no tool call; the model answered {_text(msg)[:80]!r}")
-        fn = calls[0].get("function") if isinstance(calls[0], dict) else None
-        if not isinstance(fn, dict):
-            raise CheckFailed(f"a tool call without a function: {one_line(calls[0], 80)}")
-        if fn.get("name") != "get_weather":
-            raise CheckFailed(f"the call names {fn.get('name')!r}, not 'get_weather'")
-        arguments = fn.get("arguments")
-        try:
-            args = json.loads(arguments) if isinstance(arguments, str) else None
-        except ValueError:
-            args = None
-        if args is None:
-            raise CheckFailed(f"arguments are not JSON: {str(arguments)[:80]!r}")
-        if not isinstance(args, dict) or not isinstance(args.get("city"), str) or not args[
-            "city"
-        ].strip():
-            raise CheckFailed(f"arguments carry no 'city': {str(arguments)[:80]!r}")
-        return f"get_weather({json.dumps(args)})"
+        return f"get_weather({json.dumps(_weather_arguments(msg))})"
 
-    def image() -> str:
+    def image(self) -> str:
         url = png.data_url(png.solid_png(64, 64, RED))
-        message, _ = api.chat(
-            model=need_model(),
+        message, _ = self.api.chat(
+            model=self.need_model(),
             messages=[{"role": "user", "content": [
                 {"type": "text", "text": "What colour fills this image? Answer in one word."},
                 {"type": "image_url", "image_url": {"url": url}},
@@ -242,22 +246,22 @@ def run_smoke(
             raise CheckFailed(f"a solid red image; the model answered {text[:80]!r}")
         return f"a solid red 64x64 PNG: {text[:60]!r}"
 
-    def long_prompt() -> str:
-        mml = state["max_model_len"]
+    def long_prompt(self) -> str:
+        mml = self.max_model_len
         if not mml:
             raise _Skip("max_model_len unknown: pass --max-model-len")
-        model = need_model()
+        model = self.need_model()
         max_tokens = 8
 
         def count(msgs: prompts.Messages) -> int | None:
-            return server.tokenize_count(http, target, model, msgs)
+            return server.tokenize_count(self.http, self.target, model, msgs)
 
         target_tokens = mml - LONG_PROMPT_MARGIN - max_tokens
         words, counted = prompts.calibrate(target_tokens, count)
         if counted is None:
             words = prompts.approx_words(int(target_tokens * LONG_PROMPT_APPROX_FRACTION))
-        _, usage = api.chat(model=model, messages=prompts.messages(words, 424242),
-                            max_tokens=max_tokens, temperature=0)
+        _, usage = self.api.chat(model=model, messages=prompts.messages(words, 424242),
+                                 max_tokens=max_tokens, temperature=0)
         used = usage.get("prompt_tokens")
         if not isinstance(used, int):
             raise CheckFailed("accepted, but the answer has no usage.prompt_tokens")
@@ -266,12 +270,12 @@ def run_smoke(
         how = "/tokenize" if counted is not None else "approximation"
         return f"{used:,} of {mml:,} tokens accepted (length by {how})"
 
-    def refused(path: str) -> Callable[[], str]:
+    def refused(self, path: str) -> Callable[[], str]:
         def check() -> str:
-            if not opts.expect_auth:
+            if not self.opts.expect_auth:
                 raise _Skip("the API-key proxy is off (access.api_key_proxy = false)")
             try:
-                resp = http.get(target.base_url + path)  # deliberately without the key
+                resp = self.http.get(self.target.base_url + path)  # deliberately without the key
             except httpx.HTTPError as exc:
                 raise CheckFailed(f"GET {path}: {type(exc).__name__}: {one_line(exc, 120)}"
                                   ) from None
@@ -282,24 +286,18 @@ def run_smoke(
             )
         return check
 
-    run("health", health)
-    run("models", models)
-    run("chat completion", chat)
-    run("tool call", tool_call)
-    run("image input", image)
-    run("long prompt", long_prompt)
-
-    def bypass() -> str:
+    def bypass(self) -> str:
+        opts = self.opts
         if not opts.expect_auth:
             raise _Skip("the API-key proxy is off (access.api_key_proxy = false)")
         for method, raw_path in BYPASS_PROBES:
-            left = deadline_at - clock()
+            left = self.deadline_at - self.clock()
             if left <= 0:
                 raise CheckFailed(f"the overall deadline of {opts.deadline_s:g} s passed")
             try:
                 # A status line trickled byte by byte outlives any read timeout: `within`.
                 status = within(left, lambda m=method, p=raw_path, t=left: raw_status(
-                    target, m, p, timeout_s=min(opts.timeout_s, 30, t)),
+                    self.target, m, p, timeout_s=min(opts.timeout_s, 30, t)),
                     lambda: CheckFailed(f"the overall deadline of {opts.deadline_s:g} s "
                                         "passed while the server was answering"))
             except OSError as exc:
@@ -310,10 +308,29 @@ def run_smoke(
                                   "expected 401: the proxy lets it through")
         return f"{len(BYPASS_PROBES)} encoded variants of /health and /metrics: 401"
 
-    run("no key on /v1 refused", refused("/v1/models"))
-    run("no key on /metrics refused", refused("/metrics"))
-    run("no key: encoded variants refused", bypass)
-    return checks
+
+def _weather_arguments(msg: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of the get_weather call in an answer, or CheckFailed saying what is off."""
+    calls = msg.get("tool_calls") or []
+    if not isinstance(calls, list) or not calls:
+        raise CheckFailed(f"no tool call; the model answered {_text(msg)[:80]!r}")
+    fn = calls[0].get("function") if isinstance(calls[0], dict) else None
+    if not isinstance(fn, dict):
+        raise CheckFailed(f"a tool call without a function: {one_line(calls[0], 80)}")
+    if fn.get("name") != "get_weather":
+        raise CheckFailed(f"the call names {fn.get('name')!r}, not 'get_weather'")
+    arguments = fn.get("arguments")
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        args = None
+    if args is None:
+        raise CheckFailed(f"arguments are not JSON: {str(arguments)[:80]!r}")
+    if not isinstance(args, dict) or not isinstance(args.get("city"), str) or not args[
+        "city"
+    ].strip():
+        raise CheckFailed(f"arguments carry no 'city': {str(arguments)[:80]!r}")
+    return args
 
 
 # Requests only exactly GET/HEAD /health may make without the key, sent as written (no client

@@ -688,57 +688,91 @@ class Plan:
         return next((c for c in self.costs if c.model == model), None)
 
     def to_json(self) -> dict[str, Any]:
-        g, b, w = self.geometry, self.budget, self.weights
+        """The plan as JSON (`tpuserve plan --json`), one helper per section."""
         return {
-            "model": {
-                "num_hidden_layers": g.num_hidden_layers,
-                "num_kv_shared_layers": g.num_kv_shared_layers,
-                "sliding_layers": g.layer_types.count(SLIDING),
-                "full_layers": g.layer_types.count(FULL),
-                "num_attention_heads": g.num_attention_heads,
-                "num_key_value_heads": g.num_key_value_heads,
-                "head_dim": g.head_dim,
-                "global_head_dim": g.global_head_dim,
-                "sliding_window": g.sliding_window,
-            },
-            "chip": {
-                "name": self.chip.name,
-                "chips": self.chip.chips,
-                "hbm_visible_bytes": self.chip.hbm_visible_bytes,
-                "hbm_bandwidth_bytes_per_s": self.chip.hbm_bandwidth_bytes_per_s,
-                "peak_bf16_flops": self.chip.peak_bf16_flops,
-            },
-            "settings": {
-                "gpu_memory_utilization": self.gpu_memory_utilization,
-                "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
-                "max_model_len": self.max_model_len,
-                "tensor_parallel_size": self.tensor_parallel_size,
-                "max_num_seqs": self.max_num_seqs,
-            },
+            "model": self._model_json(),
+            "chip": self._chip_json(),
+            "settings": self._settings_json(),
             "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_breakdown": [
-                {
-                    "attention": k.attention,
-                    "head_dim": k.head_dim,
-                    "cache_layers": k.cache_layers,
-                    "shared_layers": k.shared_layers,
-                    "padded_kv_heads": k.padded_kv_heads,
-                    "bytes_per_token": k.bytes_per_token,
-                }
-                for k in self.kv_groups
-            ],
-            "layers": [
-                {
-                    "index": layer.index,
-                    "attention": layer.attention,
-                    "head_dim": layer.head_dim,
-                    "kv_source": layer.kv_source,
-                    "kv_bytes_per_token": layer_kv_bytes_per_token(
-                        layer, tensor_parallel_size=self.tensor_parallel_size
-                    ),
-                }
-                for layer in g.layers
-            ],
+            "kv_breakdown": self._kv_breakdown_json(),
+            "layers": self._layers_json(),
+            **self._memory_json(),
+            "weights_breakdown": self._weights_json(),
+            **self._decode_json(),
+            "throughput": self.throughput.to_json()["cells"],
+            "hours_per_month": self.hours_per_month,
+            "provisioning": self._provisioning_json(),
+            "batching_gain": {
+                str(context): self.throughput.batching_gain(context)
+                for context in self.throughput.contexts
+            },
+            **self._rebuild_json(),
+            "expected": None if self.expected is None else asdict(self.expected),
+        }
+
+    def _model_json(self) -> dict[str, Any]:
+        g = self.geometry
+        return {
+            "num_hidden_layers": g.num_hidden_layers,
+            "num_kv_shared_layers": g.num_kv_shared_layers,
+            "sliding_layers": g.layer_types.count(SLIDING),
+            "full_layers": g.layer_types.count(FULL),
+            "num_attention_heads": g.num_attention_heads,
+            "num_key_value_heads": g.num_key_value_heads,
+            "head_dim": g.head_dim,
+            "global_head_dim": g.global_head_dim,
+            "sliding_window": g.sliding_window,
+        }
+
+    def _chip_json(self) -> dict[str, Any]:
+        return {
+            "name": self.chip.name,
+            "chips": self.chip.chips,
+            "hbm_visible_bytes": self.chip.hbm_visible_bytes,
+            "hbm_bandwidth_bytes_per_s": self.chip.hbm_bandwidth_bytes_per_s,
+            "peak_bf16_flops": self.chip.peak_bf16_flops,
+        }
+
+    def _settings_json(self) -> dict[str, Any]:
+        return {
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
+            "max_model_len": self.max_model_len,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "max_num_seqs": self.max_num_seqs,
+        }
+
+    def _kv_breakdown_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "attention": k.attention,
+                "head_dim": k.head_dim,
+                "cache_layers": k.cache_layers,
+                "shared_layers": k.shared_layers,
+                "padded_kv_heads": k.padded_kv_heads,
+                "bytes_per_token": k.bytes_per_token,
+            }
+            for k in self.kv_groups
+        ]
+
+    def _layers_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": layer.index,
+                "attention": layer.attention,
+                "head_dim": layer.head_dim,
+                "kv_source": layer.kv_source,
+                "kv_bytes_per_token": layer_kv_bytes_per_token(
+                    layer, tensor_parallel_size=self.tensor_parallel_size
+                ),
+            }
+            for layer in self.geometry.layers
+        ]
+
+    def _memory_json(self) -> dict[str, Any]:
+        """HBM budget, KV pool, blocks and the KV wall: top-level keys of to_json."""
+        b = self.budget
+        return {
             "hbm_visible_bytes": b.hbm_visible_bytes,
             "hbm_cap_bytes": b.cap_bytes,
             "weights_bytes": b.weights_bytes,
@@ -752,50 +786,51 @@ class Plan:
             "max_model_len_fits": self.max_model_len_fits,
             "kv_wall": {str(context): clients for context, clients in self.kv_wall},
             "sliding_window_kv_gain": self.sliding_window_kv_gain,
-            "weights_breakdown": {
-                "per_layer_embeddings_bytes": w.per_layer_embeddings,
-                "embedding_bytes": w.embedding,
-                "lm_head_bytes": w.lm_head,
-                "attention_bytes": w.attention,
-                "mlp_bytes": w.mlp,
-                "explained_bytes": w.explained,
-                "unexplained_bytes": w.unexplained,
-            },
+        }
+
+    def _weights_json(self) -> dict[str, Any]:
+        w = self.weights
+        return {
+            "per_layer_embeddings_bytes": w.per_layer_embeddings,
+            "embedding_bytes": w.embedding,
+            "lm_head_bytes": w.lm_head,
+            "attention_bytes": w.attention,
+            "mlp_bytes": w.mlp,
+            "explained_bytes": w.explained,
+            "unexplained_bytes": w.unexplained,
+        }
+
+    def _decode_json(self) -> dict[str, Any]:
+        """The decode bandwidth floor and what was measured against it: top-level keys."""
+        return {
             "decode_bytes_per_step": self.decode_bytes_per_step,
             "decode_floor_ms": self.decode_floor_s * 1e3,
             "measured_tpot_ms": self.measured_tpot_ms,
             "bandwidth_efficiency": self.bandwidth_efficiency,
-            "throughput": self.throughput.to_json()["cells"],
-            "hours_per_month": self.hours_per_month,
-            "provisioning": {
-                c.model: {
-                    "usd_per_hour": c.usd_per_hour,
-                    "usd_per_month": c.usd_per_month,
-                    "usd_per_million_output_tokens": {
-                        cell.key: usd for cell, usd in c.usd_per_million_output_tokens
-                    },
-                }
-                for c in self.costs
-            },
-            "batching_gain": {
-                str(context): self.throughput.batching_gain(context)
-                for context in self.throughput.contexts
-            },
-            "rebuild_usd": None
-            if self.rebuild is None
-            else {"cold": self.rebuild.cold_usd, "warm": self.rebuild.warm_usd},
-            "flex_premium_usd_per_hour": None
-            if self.rebuild is None
-            else self.rebuild.flex_premium_usd_per_hour,
-            "break_even_hours": None
-            if self.rebuild is None
-            else {
-                "cold": self.rebuild.break_even_cold_hours,
-                "warm": self.rebuild.break_even_warm_hours,
-            },
-            "expected": None if self.expected is None else asdict(self.expected),
         }
 
+    def _provisioning_json(self) -> dict[str, Any]:
+        return {
+            c.model: {
+                "usd_per_hour": c.usd_per_hour,
+                "usd_per_month": c.usd_per_month,
+                "usd_per_million_output_tokens": {
+                    cell.key: usd for cell, usd in c.usd_per_million_output_tokens
+                },
+            }
+            for c in self.costs
+        }
+
+    def _rebuild_json(self) -> dict[str, Any]:
+        """Spot rebuild cost, flex premium and break-even (None without both prices)."""
+        r = self.rebuild
+        return {
+            "rebuild_usd": None if r is None else {"cold": r.cold_usd, "warm": r.warm_usd},
+            "flex_premium_usd_per_hour": None if r is None else r.flex_premium_usd_per_hour,
+            "break_even_hours": None
+            if r is None
+            else {"cold": r.break_even_cold_hours, "warm": r.break_even_warm_hours},
+        }
 
 def build_plan(
     geometry: ModelGeometry,
@@ -817,24 +852,17 @@ def build_plan(
     hours_per_month: float = HOURS_PER_MONTH,
 ) -> Plan:
     """Everything SPEC 5-7 derives, for one deployment. Defaults are the SPEC deployment."""
-    if tensor_parallel_size > chip.chips:
-        raise ValueError(
-            f"tensor_parallel_size {tensor_parallel_size} needs {tensor_parallel_size} chips, "
-            f"the slice has {chip.chips}"
-        )
-    if (expected_clients is None) != (expected_context is None):
-        raise ValueError("give expected_clients and expected_context together")
+    _check_plan_arguments(chip, tensor_parallel_size, expected_clients, expected_context)
     groups = kv_breakdown(geometry, tensor_parallel_size=tensor_parallel_size)
-    per_token = sum(g.bytes_per_token for g in groups)
     budget = hbm_budget(
         chip,
         gpu_memory_utilization=gpu_memory_utilization,
         weights_bytes=weights_bytes,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
     )
-    block = pallas_block_size(max_model_len, max_num_seqs=max_num_seqs)
-    blocks = num_blocks(budget.kv_pool_bytes, block, per_token)
     contexts = sorted({*throughput.contexts, max_model_len, *filter(None, [expected_context])})
+    kv = _kv_fields(geometry, groups, budget, contexts, max_model_len=max_model_len,
+                    max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size)
     step_bytes = decode_bytes_per_step(geometry)
     return Plan(
         geometry=geometry,
@@ -844,19 +872,8 @@ def build_plan(
         max_model_len=max_model_len,
         tensor_parallel_size=tensor_parallel_size,
         max_num_seqs=max_num_seqs,
-        kv_bytes_per_token=per_token,
-        kv_groups=groups,
         budget=budget,
-        kv_tokens=kv_tokens(budget.kv_pool_bytes, per_token),
-        block_size=block,
-        num_blocks=blocks,
-        max_model_len_fits=fits_one_request(blocks * block, max_model_len),
-        kv_wall=tuple((c, kv_wall_clients(blocks, block, c)) for c in contexts),
-        sliding_window_kv_gain=sliding_window_kv_gain(
-            geometry, max_model_len, tensor_parallel_size=tensor_parallel_size
-        )
-        if SLIDING in geometry.layer_types
-        else None,
+        **kv,
         weights=weights_breakdown(geometry, weights_bytes),
         decode_bytes_per_step=step_bytes,
         decode_floor_s=decode_floor_s(step_bytes, chip),
@@ -867,9 +884,55 @@ def build_plan(
         rebuild=_rebuild(prices, chip.chips, cold_start_s, warm_start_s),
         expected=None
         if expected_clients is None or expected_context is None
-        else _expected(expected_clients, expected_context, blocks, block, throughput),
+        else _expected(
+            expected_clients, expected_context, kv["num_blocks"], kv["block_size"], throughput
+        ),
     )
 
+
+def _check_plan_arguments(
+    chip: ChipSpec,
+    tensor_parallel_size: int,
+    expected_clients: int | None,
+    expected_context: int | None,
+) -> None:
+    if tensor_parallel_size > chip.chips:
+        raise ValueError(
+            f"tensor_parallel_size {tensor_parallel_size} needs {tensor_parallel_size} chips, "
+            f"the slice has {chip.chips}"
+        )
+    if (expected_clients is None) != (expected_context is None):
+        raise ValueError("give expected_clients and expected_context together")
+
+
+def _kv_fields(
+    geometry: ModelGeometry,
+    groups: tuple[KVGroup, ...],
+    budget: HbmBudget,
+    contexts: list[int],
+    *,
+    max_model_len: int,
+    max_num_seqs: int,
+    tensor_parallel_size: int,
+) -> dict[str, Any]:
+    """The Plan's KV fields: bytes per token, the pool in Pallas blocks, the KV wall."""
+    per_token = sum(g.bytes_per_token for g in groups)
+    block = pallas_block_size(max_model_len, max_num_seqs=max_num_seqs)
+    blocks = num_blocks(budget.kv_pool_bytes, block, per_token)
+    return {
+        "kv_bytes_per_token": per_token,
+        "kv_groups": groups,
+        "kv_tokens": kv_tokens(budget.kv_pool_bytes, per_token),
+        "block_size": block,
+        "num_blocks": blocks,
+        "max_model_len_fits": fits_one_request(blocks * block, max_model_len),
+        "kv_wall": tuple((c, kv_wall_clients(blocks, block, c)) for c in contexts),
+        "sliding_window_kv_gain": sliding_window_kv_gain(
+            geometry, max_model_len, tensor_parallel_size=tensor_parallel_size
+        )
+        if SLIDING in geometry.layer_types
+        else None,
+    }
 
 def _costs(
     prices: Mapping[str, float], throughput: ThroughputTable, chips: int, hours_per_month: float

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.table import Table
 
-from tpuserve.planner.arithmetic import SPOT, GiB, Plan
+from tpuserve.planner.arithmetic import SPOT, GiB, Plan, ProvisioningCost
 
 
 def _gib(n: float) -> str:
@@ -164,8 +165,17 @@ def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) 
     cost = plan.cost(model)
     if cost is None:
         raise ValueError(f"no price for provisioning model {model!r}")
-    b = plan.budget
     fig, (hbm, usd) = plt.subplots(1, 2, figsize=(10, 4.5), width_ratios=(1, 2.5))
+    _hbm_panel(hbm, plan)
+    _usd_panel(usd, plan, cost)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
+def _hbm_panel(hbm: Any, plan: Plan) -> None:
+    """The HBM budget: weights, KV pool and the ungoverned rest stacked under the cap."""
+    b = plan.budget
     bottom = 0.0
     for label, n in (
         ("weights", b.weights_bytes),
@@ -185,6 +195,10 @@ def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) 
     hbm.set_ylabel("GiB")
     hbm.set_title("HBM budget")
     hbm.legend(fontsize=8, loc="lower center")
+
+
+def _usd_panel(usd: Any, plan: Plan, cost: ProvisioningCost) -> None:
+    """$ per million output tokens against concurrent clients, one line per context."""
     for context in plan.throughput.contexts:
         points = sorted(
             (cell.clients, dollars)
@@ -198,8 +212,5 @@ def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) 
     usd.set_yscale("log")
     usd.set_xlabel("concurrent clients")
     usd.set_ylabel("$ per million output tokens")
-    usd.set_title(f"{model} at ${cost.usd_per_hour:.4f}/h")
+    usd.set_title(f"{cost.model} at ${cost.usd_per_hour:.4f}/h")
     usd.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)

@@ -1,0 +1,197 @@
+"""The pull-request comment: a summary table, then one section per changed stack, then the
+attachments cut to fit GitHub's comment limit. Redacted."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tpuserve.facts import COLD_START_S, WARM_START_S
+
+from .model import MISSING, AttributeChange, FlagChange, Review, StackReview
+from .redact import redact
+
+# The first line of every review: the workflow finds its one comment by it.
+MARKER = "<!-- tpuserve-plan-review -->"
+# GitHub rejects comments over 65,536 characters; attachments are cut to stay under.
+COMMENT_LIMIT = 65_000
+
+
+def _code(value: str) -> str:
+    """An inline code span that survives backticks (table cells escape pipes: _row)."""
+    value = value.replace("\n", " ")
+    fence = "``" if "`" in value else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _row(*cells: str) -> str:
+    """A table row; GitHub wants pipes escaped even inside code spans."""
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _is_script(value: Any) -> bool:
+    return isinstance(value, str) and "\n" in value
+
+
+def _short(value: Any, limit: int = 80) -> str | None:
+    """A scalar or a short list as JSON, or None when too long to show inline."""
+    if value is MISSING:
+        return "(absent)"
+    if isinstance(value, Mapping) and not value:
+        return "{}"
+    if isinstance(value, list) and any(isinstance(v, Mapping | list) for v in value):
+        return None
+    text = json.dumps(value, separators=(", ", ": "))
+    return text if len(text) <= limit else None
+
+
+def _attribute_line(a: AttributeChange) -> str:
+    if _is_script(a.old) or _is_script(a.new):
+        old_lines = a.old.splitlines() if isinstance(a.old, str) else []
+        new_lines = a.new.splitlines() if isinstance(a.new, str) else []
+        diff = [line for line in difflib.unified_diff(old_lines, new_lines, n=0, lineterm="")
+                if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        added = sum(1 for line in diff if line.startswith("+"))
+        removed = len(diff) - added
+        return (f"{_code(a.path)}: the boot script changed (+{added} -{removed} lines); its "
+                "`vllm serve` argv and container env diff is below")
+    old, new = _short(a.old), _short(a.new)
+    if old is None or new is None:
+        return f"{_code(a.path)}: changed"
+    return f"{_code(a.path)}: {_code(old)} → {_code(new)}"
+
+
+_SYMBOL = {"added": "➕", "removed": "➖", "changed": "✏️"}  # noqa: RUF001 - Markdown badges
+
+
+def _resources_md(s: StackReview) -> list[str]:
+    if not s.resources_known:
+        return ["**Terraform**: not compared (a synth failed; see above)", ""]
+    c = s.counts()
+    if not s.resources:
+        return ["**Terraform**: no change", ""]
+    out = [(f"**Terraform**: {c['added']} to add, {c['changed']} to change, "
+           f"{c['removed']} to destroy"), ""]
+    whole_stack = s.status in ("added", "removed")
+    for r in s.resources:
+        if whole_stack and r.kind not in ("resource", "data"):
+            continue  # outputs and provider blocks come and go with the stack
+        action = "changed, replaced" if r.replaces else r.action
+        out.append(f"- {_SYMBOL[r.action]} {_code(r.address)} ({action})")
+        out += [f"  - {_attribute_line(a)}" for a in r.attributes]
+    out.append("")
+    return out
+
+
+def _options_md(title: str, changes: Sequence[FlagChange]) -> list[str]:
+    if not changes:
+        return []
+    out = [f"**{title}**", "", "| option | base | head | measured rule |", "|---|---|---|---|"]
+    for f in changes:
+        name = _code(f.name) + (f" ({_code(f.setting)})" if f.setting else "")
+        old = "(absent)" if f.old is None else _code(f.old)
+        new = "(absent)" if f.new is None else _code(f.new)
+        out.append(_row(name, old, new, f.rule or "no measured rule"))
+    return [*out, ""]
+
+
+def _stack_md(s: StackReview) -> list[str]:
+    heading = {"added": "new stack", "removed": "stack removed", "changed": "changed",
+               "unchanged": "unchanged"}[s.status]
+    out = [f"### `{s.name}`: {heading}", ""]
+    if s.status == "removed":
+        out.append(f"The stack `{s.name}` is gone from HEAD: `cdktf destroy {s.name}` before "
+                   "merging, or its resources stay deployed and billed.")
+        out.append("")
+    out += _resources_md(s)
+    if s.status == "added" and s.head_argv:
+        out += ["**`vllm serve`**", "", f"    {shlex.join(s.head_argv)}", ""]
+        out += [(f"**cold compile**: a new stack's first boot compiles cold, ~{COLD_START_S:.0f} s "
+                "(SPEC 4)"), ""]
+    out += _options_md("`vllm serve` argv and image", s.argv)
+    out += _options_md("Container env", s.env)
+    if s.cache_key is not None:
+        out += [(f"> **cold compile**: the compile-cache key changes ({_code(s.cache_key[0])} → "
+                f"{_code(s.cache_key[1])}): ~{COLD_START_S:.0f} s instead of "
+                f"~{WARM_START_S:.0f} s on the next boot, SPEC 4"), ""]
+    if s.capacity:
+        out += ["**Capacity and cost** (planner, SPEC 5-7)", "",
+                "| quantity | base | head | change |", "|---|---|---|---|"]
+        out += [_row(d.label, d.old_text, d.new_text, d.change) for d in s.capacity]
+        out.append("")
+    elif s.capacity_note and s.status != "removed":
+        prefix = "Capacity and cost" + (" unchanged" if s.status != "added" else "")
+        out += [f"**{prefix}**: {s.capacity_note}", ""]
+    if s.new_warnings:
+        out += ["**New warnings**", "", *[f"- {_cell(w)}" for w in s.new_warnings], ""]
+    if s.resolved_warnings:
+        out += ["**Resolved warnings**", "", *[f"- {_cell(w)}" for w in s.resolved_warnings], ""]
+    return out
+
+
+def _summary_md(r: Review) -> list[str]:
+    out = ["| stack | status | Terraform | argv / env | compile cache | capacity |",
+           "|---|---|---|---|---|---|"]
+    for s in r.stacks:
+        c = s.counts()
+        tf = "?" if not s.resources_known else (
+            f"+{c['added']} ~{c['changed']} -{c['removed']}" if s.resources else "no change")
+        opts = f"{len(s.argv)} flag(s), {len(s.env)} var(s)" if s.argv or s.env else "-"
+        cold = "cold next boot" if s.cache_key or s.status == "added" else "-"
+        cap = "changed" if s.capacity else "-"
+        out.append(f"| `{s.name}` | {s.status} | {tf} | {opts} | {cold} | {cap} |")
+    return [*out, ""]
+
+
+def _problems_md(which: str, problems: Sequence[str]) -> list[str]:
+    if not problems:
+        return []
+    return [(f"**The {which} config fails today's validation** (argv, env and capacity are not "
+            f"compared for it):"), "", *[f"- {_cell(p)}" for p in problems], ""]
+
+
+def _synth_error_md(which: str, error: str | None) -> list[str]:
+    if error is None:
+        return []
+    return [f"**Synth of {which} failed** (its own code):", "", "```", error, "```", ""]
+
+
+def render_markdown(r: Review, *, limit: int = COMMENT_LIMIT) -> str:
+    """The PR comment: a summary table, then one section per stack. Redacted."""
+    out = [MARKER, "## tpuserve plan review", "",
+           (f"{_code(r.base)} → {_code(r.head)}. Each revision is synthesized offline with its "
+           "own code; argv, env, capacity and cost come from each revision's `config/` read by "
+           "the current code (config is data)."), ""]
+    out += _summary_md(r)
+    out += _problems_md("base", r.base_problems) + _problems_md("head", r.head_problems)
+    out += _synth_error_md("base", r.base_synth_error)
+    out += _synth_error_md("head", r.head_synth_error)
+    for s in r.stacks:
+        if s.status != "unchanged":
+            out += _stack_md(s)
+    body = redact("\n".join(out))
+    footer = "\n_Generated by `tpuserve review`; this comment is updated on every push._\n"
+    room = limit - len(body) - len(footer)
+    for i, (title, text) in enumerate(r.attachments):
+        share = room // (len(r.attachments) - i)  # the rest is split among those left
+        block = _details(title, redact(text), max(share - 200, 0))
+        if len(block) > share:
+            break
+        body += "\n" + block
+        room -= len(block) + 1
+    return body + footer
+
+
+def _details(title: str, text: str, limit: int) -> str:
+    if len(text) > limit:
+        text = text[: max(limit, 0)] + "\n... (cut to fit a GitHub comment)"
+    fence = "~~~~" if "```" in text else "```"
+    return f"<details><summary>{_cell(title)}</summary>\n\n{fence}\n{text}\n{fence}\n</details>\n"
