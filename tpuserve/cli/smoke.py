@@ -66,8 +66,10 @@ def smoke(
     def on_check(c: checks.Check) -> None:
         common.log(f"{c.result:>4}  {c.name}: {c.detail}")
 
-    with http_client(timeout, verify=target.ssl_context, deadline=Deadline(deadline)) as http:
-        results = checks.run_smoke(target, opts, http=http, on_check=on_check)
+    # One deadline for the client and the checks: they agree on when it passed.
+    overall = Deadline(deadline)
+    with http_client(timeout, verify=target.ssl_context, deadline=overall) as http:
+        results = checks.run_smoke(target, opts, http=http, on_check=on_check, deadline=overall)
     failed = [c for c in results if not c.ok]
     if json_output:
         emit_json({"base_url": target.base_url, "ok": not failed,

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from . import png, prompts, server
-from .bounded_http import within
+from .bounded_http import Deadline, within
 from .errors import one_line
 from .server import ServerTarget
 
@@ -132,10 +132,13 @@ def run_smoke(
     http: httpx.Client,
     on_check: Callable[[Check], None] = lambda _c: None,
     clock: Callable[[], float] = time.perf_counter,
+    deadline: Deadline | None = None,
 ) -> list[Check]:
-    """Run every check; `http` should be `server.http_client(..., Deadline(opts.deadline_s))`
-    so that no single answer outlives the deadline either."""
-    smoke = _Smoke(target, opts, http, on_check, clock)
+    """Run every check; `http` should be `server.http_client(..., deadline=DEADLINE)` with the
+    same DEADLINE, so that no single answer outlives it either and the checks and the client
+    agree on when it passed (default: opts.deadline_s from now on CLOCK)."""
+    smoke = _Smoke(target, opts, http, on_check, deadline or Deadline(opts.deadline_s, clock),
+                   clock)
     smoke.run("health", smoke.health)
     smoke.run("models", smoke.models)
     smoke.run("chat completion", smoke.chat)
@@ -153,11 +156,12 @@ class _Smoke:
     (the served model and its max_model_len, which later checks need)."""
 
     def __init__(self, target: ServerTarget, opts: SmokeOptions, http: httpx.Client,
-                 on_check: Callable[[Check], None], clock: Callable[[], float]) -> None:
+                 on_check: Callable[[Check], None], deadline: Deadline,
+                 clock: Callable[[], float]) -> None:
         self.target, self.opts, self.http = target, opts, http
         self.api = _Api(http, target)
         self.on_check, self.clock = on_check, clock
-        self.deadline_at = clock() + opts.deadline_s
+        self.deadline = deadline
         self.checks: list[Check] = []
         self.model = opts.model
         self.max_model_len = opts.max_model_len
@@ -166,7 +170,7 @@ class _Smoke:
         """Run one check within the overall deadline; any failure becomes one line."""
         t0 = self.clock()
         try:
-            if t0 >= self.deadline_at:
+            if self.deadline.passed:
                 raise CheckFailed(f"not run: the overall deadline of {self.opts.deadline_s:g} s "
                                   "passed (--deadline)")
             detail, result = fn(), PASS
@@ -291,7 +295,8 @@ class _Smoke:
         if not opts.expect_auth:
             raise _Skip("the API-key proxy is off (access.api_key_proxy = false)")
         for method, raw_path in BYPASS_PROBES:
-            left = self.deadline_at - self.clock()
+            remaining = self.deadline.remaining()
+            left = opts.timeout_s if remaining is None else remaining
             if left <= 0:
                 raise CheckFailed(f"the overall deadline of {opts.deadline_s:g} s passed")
             try:
