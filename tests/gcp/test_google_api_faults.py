@@ -23,35 +23,19 @@ from pathlib import Path
 import pytest
 
 from tests.cli_support import Env, assert_one_line_error, invoke
-from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi, flex_body
-from tests.gcp.test_queued_resource import PROJECT, QR_ID, REF, ZONE, Clock, Seen
+from tests.fakes.tpu_api import FakeTpuApi, flex_body
+from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Clock, Seen
 from tpuserve.gcp import api as google_api
 from tpuserve.gcp.api import DEFAULT_POLICY, ApiError, RetryPolicy
-from tpuserve.gcp.queued_resource import (
-    MISSING,
-    QueuedResourceError,
-    TpuClient,
-    UnknownState,
-    probe,
-    with_generation,
-)
-from tpuserve.ops.tpu_nodes import NodeApi, make_client
+from tpuserve.gcp.provisioner import probe
+from tpuserve.gcp.tpu.client import TpuClient
+from tpuserve.gcp.tpu.nodes import make_client
+from tpuserve.gcp.tpu.queued_resources import MISSING, QueuedResourceError, UnknownState
 from tpuserve.paths import REPO_ROOT
+from tpuserve.render.queued_resource_body import with_generation
 from tpuserve.settings.models import build_deployments, load_raw
 
 REPO = REPO_ROOT
-
-
-@pytest.fixture
-def api() -> Iterator[FakeTpuApi]:
-    with FakeTpuApi() as server:
-        yield server
-
-
-@pytest.fixture
-def fast_api() -> Iterator[FakeTpuApi]:
-    with FakeTpuApi(durations=ZERO_DURATIONS) as server:
-        yield server
 
 
 def client_for(api: FakeTpuApi, clock: Clock, **env: str) -> TpuClient:
@@ -65,7 +49,7 @@ def run_module(env: dict[str, str], *argv: str, stdin: str = "",
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("CLOUDSDK_", "GCE_METADATA", "GOOGLE_"))}
     return subprocess.run(
-        [sys.executable, "-m", "tpuserve.gcp.queued_resource", *argv], input=stdin, cwd=REPO,
+        [sys.executable, "-m", "tpuserve.queued_resource", *argv], input=stdin, cwd=REPO,
         env={**base, "TPUSERVE_TIME_SCALE": "0.001", "TPUSERVE_QR_POLL_SECONDS": "0", **env},
         capture_output=True, text=True, timeout=120, check=False,
     )
@@ -310,10 +294,10 @@ def spot():
     return build_deployments(load_raw(environ={}))["spot"]
 
 
-def node_api(api: FakeTpuApi, clock: Clock, **env: str) -> NodeApi:
+def node_api(api: FakeTpuApi, clock: Clock, **env: str) -> TpuClient:
     environ = {**api.environ(), **env}
-    return NodeApi(lambda: make_client(environ), environ=environ, clock=clock,
-                   sleep=clock.sleep, policy=RetryPolicy.from_env(environ))
+    return TpuClient(node_client=lambda: make_client(environ), environ=environ, clock=clock,
+                     sleep=clock.sleep, policy=RetryPolicy.from_env(environ))
 
 
 def test_the_node_path_retries_like_the_rest_path(api) -> None:
@@ -326,7 +310,7 @@ def test_the_node_path_retries_like_the_rest_path(api) -> None:
     api.drop_next(method="GET", path_contains="/nodes/")
     api.fail_next(429, "RESOURCE_EXHAUSTED", "slow down", method="GET", path_contains="/nodes/",
                   retry_after="4")
-    assert nodes.get(d).state == "READY"
+    assert nodes.get_node(d).state == "READY"
     assert len(clock.slept) == 4 and clock.slept[-1] == 4.0
 
 
@@ -336,9 +320,9 @@ def test_both_paths_render_an_html_502_as_one_line_without_markup_or_url(api) ->
     clock = Clock()
     api.html_next(502, times=1000)
     with pytest.raises(ApiError) as rest:
-        client_for(api, clock).get_node(d.gcp.project, d.gcp.zone, d.node_name)
+        client_for(api, clock).get_queued_resource(REF)
     with pytest.raises(ApiError) as node:
-        node_api(api, clock).get(d)
+        node_api(api, clock).get_node(d)
     for err in (rest.value, node.value):
         text = str(err)
         assert "502 BAD_GATEWAY: Bad Gateway (an error page from Google's front end" in text
@@ -353,7 +337,7 @@ def test_a_refused_token_says_how_to_get_a_new_one_on_both_paths(api) -> None:
     with pytest.raises(ApiError) as rest:
         client_for(api, clock, **stale).get_queued_resource(REF)
     with pytest.raises(ApiError) as node:
-        node_api(api, clock, **stale).get(d)
+        node_api(api, clock, **stale).get_node(d)
     for err in (rest.value, node.value):
         assert err.code == 401 and "CLOUDSDK_AUTH_ACCESS_TOKEN was refused or has expired" in \
             str(err) and "gcloud auth print-access-token" in str(err)

@@ -14,7 +14,7 @@ and name). Nothing here logs a token or puts one in a URL.
 
 Transient answers (TRANSIENT_CODES, a dropped connection, a timeout) are retried by ONE policy,
 `RetryPolicy`, through ONE loop, `call_with_retry`: the REST calls here and the google-cloud-tpu
-node calls (tpuserve.ops.tpu_nodes) both go through it (issue 11).
+node calls (tpuserve.gcp.tpu.nodes) both go through it (issue 11).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ TOKEN_ENV = "CLOUDSDK_AUTH_ACCESS_TOKEN"
 DEFAULT_TIMEOUT_S = 30.0
 TIME_SCALE_ENV = "TPUSERVE_TIME_SCALE"  # tests: multiplies every retry pause (as in the boot)
 # The one list of transient answers (issue 11): throttling and Google-side errors. Both the
-# REST path (GoogleApi) and the google-cloud-tpu node path (tpuserve.ops.tpu_nodes) use it.
+# REST path (GoogleApi) and the google-cloud-tpu node path (tpuserve.gcp.tpu.nodes) use it.
 TRANSIENT_CODES = frozenset({429, 500, 502, 503, 504})
 # A TPU create answered 429 means quota, not load: retrying it only delays the real error.
 CREATE_TRANSIENT_CODES = TRANSIENT_CODES - {429}

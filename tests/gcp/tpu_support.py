@@ -1,0 +1,53 @@
+"""Shared names of the tests/gcp TPU tests (no tests here): the queued resource under test,
+its body, a fake clock and a progress recorder. The fixtures are in tests/gcp/conftest.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tests.fakes.tpu_api import flex_body
+from tpuserve.gcp.tpu.queued_resources import QueuedResourceRef
+from tpuserve.settings.models import Deployment, build_deployments, load_raw
+
+PROJECT, ZONE, QR_ID = "proj-test-1", "us-west4-a", "tpuserve-flex"
+REF = QueuedResourceRef(PROJECT, ZONE, QR_ID)
+
+
+class Clock:
+    """A fake monotonic clock; `sleep` advances it and runs the hooks (e.g. api.advance)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+        self.hooks: list[Callable[[], None]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        for hook in self.hooks:
+            hook()
+
+
+class Seen:
+    """A Progress callback that records states."""
+
+    def __init__(self) -> None:
+        self.states: list[str] = []
+
+    def __call__(self, state: str, elapsed: float) -> None:
+        if not self.states or self.states[-1] != state:
+            self.states.append(state)
+
+
+def body(**kw: Any) -> dict[str, Any]:
+    return flex_body(PROJECT, ZONE, QR_ID, **kw)
+
+
+def flex_here() -> Deployment:
+    """The flex deployment whose node is REF's (same project, zone and id)."""
+    return build_deployments(load_raw(environ={"TPUSERVE_PROJECT": PROJECT,
+                                               "TPUSERVE_ZONE": ZONE}))["flex"]
