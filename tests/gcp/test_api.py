@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from tests.gcp.tpu_support import REF
-from tpuserve.gcp import api as google_api
-from tpuserve.gcp.api import ApiError, CredentialsError, api_root, authorized_session
+from tpuserve.gcp import endpoints
+from tpuserve.gcp.credentials import authorized_session
+from tpuserve.gcp.endpoints import api_root
+from tpuserve.gcp.errors import ApiError, CredentialsError
 from tpuserve.gcp.tpu.client import TpuClient
 
 
@@ -44,13 +46,13 @@ def test_unreachable_api_is_one_line(clock) -> None:
     assert err.value.code == 0 and "could not reach tpu.googleapis.com" in str(err.value)
 
 def test_api_root_follows_gcloud_variables() -> None:
-    assert api_root("tpu", google_api.TPU_API, {}) == "https://tpu.googleapis.com/"
+    assert api_root("tpu", endpoints.TPU_API, {}) == "https://tpu.googleapis.com/"
     env = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": "http://127.0.0.1:8123"}
-    assert api_root("secretmanager", google_api.SECRETMANAGER_API, env) == (
+    assert api_root("secretmanager", endpoints.SECRETMANAGER_API, env) == (
         "http://127.0.0.1:8123/")
     bad = re.escape("CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU = 'tpu.local'")
     with pytest.raises(ValueError, match=bad):
-        api_root("tpu", google_api.TPU_API, {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": "tpu.local"})
+        api_root("tpu", endpoints.TPU_API, {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": "tpu.local"})
 
 def test_credentials_token_variable_else_adc(monkeypatch) -> None:
     session = authorized_session({"CLOUDSDK_AUTH_ACCESS_TOKEN": "tok-123"})

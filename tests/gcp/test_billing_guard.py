@@ -16,7 +16,7 @@ import pytest
 
 from tests.fakes.cloud_tasks import FakeCloudTasks
 from tests.fakes.tpu_api import FakeTpuApi
-from tpuserve.gcp.api import TOKEN_ENV, GoogleApi
+from tpuserve.gcp.api import GoogleApi
 from tpuserve.gcp.billing_guard import (
     ENV_NODE,
     ENV_QUEUE,
@@ -32,6 +32,7 @@ from tpuserve.gcp.billing_guard import (
     guard_target,
     main,
 )
+from tpuserve.gcp.endpoints import TOKEN_ENV
 from tpuserve.settings.models import Deployment
 
 CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z

@@ -25,9 +25,10 @@ import pytest
 from tests.cli_support import Env, assert_one_line_error, invoke
 from tests.fakes.tpu_api import FakeTpuApi, flex_body
 from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Clock, Seen
-from tpuserve.gcp import api as google_api
-from tpuserve.gcp.api import DEFAULT_POLICY, ApiError, RetryPolicy
+from tpuserve.gcp.credentials import on_google_vm
+from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.provisioner import probe
+from tpuserve.gcp.retry import DEFAULT_POLICY, RetryPolicy, retry_after_seconds
 from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.gcp.tpu.nodes import make_client
 from tpuserve.gcp.tpu.queued_resources import MISSING, QueuedResourceError, UnknownState
@@ -72,10 +73,10 @@ def test_backoff_is_capped_full_jitter_and_retry_after_is_honoured_up_to_its_cap
     assert [p.backoff(n, lambda: 1.0) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
     assert p.backoff(3, lambda: 0.25) == 1.0  # uniform in [0, step]
     assert p.pause(1, 7.0) == 7.0 and p.pause(1, 3600.0) == p.max_retry_after_s
-    assert google_api.retry_after_seconds("12") == 12.0
-    assert google_api.retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) \
+    assert retry_after_seconds("12") == 12.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) \
         == 10.0
-    assert google_api.retry_after_seconds("soon") is None
+    assert retry_after_seconds("soon") is None
     assert [p.is_transient(c) for c in (0, 429, 500, 502, 503, 504, 400, 403, 404, 409)] == [
         True, True, True, True, True, True, False, False, False, False]
     with pytest.raises(ValueError, match="TPUSERVE_TIME_SCALE = 'fast'"):
@@ -395,7 +396,7 @@ def no_credentials_env(tmp_path: Path, metadata: str) -> dict[str, str]:
             "GCE_METADATA_IP": metadata, "GCE_METADATA_HOST": metadata}
 
 
-@pytest.mark.skipif(google_api.on_google_vm(), reason="a Google VM may have credentials")
+@pytest.mark.skipif(on_google_vm(), reason="a Google VM may have credentials")
 def test_no_credentials_off_google_cloud_fail_fast_in_one_line(
     silent_metadata: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli_env: Env,
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi
 from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Seen, body, flex_here
-from tpuserve.gcp.api import ApiError
+from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.provisioner import StatePrinter
 from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.gcp.tpu.queued_resources import (

@@ -122,7 +122,7 @@ def command(fn: F) -> F:
 def _is_api_error(exc: Exception) -> bool:
     """An ApiError of the Google API edge, without importing the edge (and its HTTP stack)
     into commands that never call Google: if it was never imported, nothing raised one."""
-    api = sys.modules.get("tpuserve.gcp.api")
+    api = sys.modules.get("tpuserve.gcp.errors")
     return api is not None and isinstance(exc, api.ApiError)
 
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from tpuserve.gcp.api import ApiError
+from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.client import ACCEPT_TIMEOUT_S, DEFAULT_POLL_S, DELETE_TIMEOUT_S, TpuClient
 from tpuserve.gcp.tpu.queued_resources import (
     ALIVE_STATES,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tpuserve.gcp.api import ApiError
+from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.nodes import NodeView
 from tpuserve.gcp.tpu.queued_resources import (
     ALIVE_STATES,

@@ -16,7 +16,10 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from tpuserve.gcp.api import CREATE_TRANSIENT_CODES, TPU_API, ApiError, GoogleApi, RetryPolicy
+from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.endpoints import TPU_API
+from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.retry import CREATE_TRANSIENT_CODES, RetryPolicy
 from tpuserve.gcp.tpu.nodes import NodeCalls, make_client
 from tpuserve.gcp.tpu.queued_resources import (
     ACCEPTED_OR_LATER,

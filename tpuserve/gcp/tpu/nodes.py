@@ -2,11 +2,11 @@
 CLI reads, and its errors (the calls themselves are tpuserve.gcp.tpu.client.TpuClient's).
 
 REST, not gRPC, so gcloud's `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` can point it at any root
-(a fake on 127.0.0.1 in tests); credentials follow tpuserve.gcp.api (the
+(a fake on 127.0.0.1 in tests); credentials follow tpuserve.gcp.credentials (the
 `CLOUDSDK_AUTH_ACCESS_TOKEN` bearer token, else Application Default Credentials). Every API
-failure becomes google_api.ApiError: one line with the status, the message and what to do,
-rendered by the same code as the REST path's. Transient failures are retried by the REST
-path's policy and loop (google_api.RetryPolicy, call_with_retry): one policy for both.
+failure becomes tpuserve.gcp.errors.ApiError: one line with the status, the message and what to
+do, rendered by the same code as the REST path's. Transient failures are retried by the REST
+path's policy and loop (tpuserve.gcp.retry): one policy for both.
 """
 
 from __future__ import annotations
@@ -18,18 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuserve.gcp.api import (
-    TOKEN_ENV,
-    TPU_API,
-    ApiError,
-    CredentialsError,
-    RetryPolicy,
-    Transient,
-    api_root,
-    call_with_retry,
-    credentials,
-    retry_after_seconds,
-)
+from tpuserve.gcp.credentials import credentials
+from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API, api_root
+from tpuserve.gcp.errors import ApiError, CredentialsError
+from tpuserve.gcp.retry import RetryPolicy, Transient, call_with_retry, retry_after_seconds
 
 if TYPE_CHECKING:
     from tpuserve.settings.models import Deployment
