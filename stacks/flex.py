@@ -23,13 +23,9 @@ import hashlib
 import json
 from typing import Any
 
-from tpuserve.gcp.queued_resource import (
-    ENV_BODY,
-    ENV_GENERATION,
-    ENV_NAME,
-    build_body,
-    ref_for,
-)
+from tpuserve.gcp.provisioner import ENV_BODY, ENV_GENERATION, ENV_NAME
+from tpuserve.gcp.tpu.queued_resources import ref_for
+from tpuserve.render.queued_resource_body import build_body
 from tpuserve.settings import Deployment
 from tpuserve.settings.base import parse_duration
 

@@ -10,7 +10,7 @@ versions are added out of band (README), so none lands in state or plans.
 from __future__ import annotations
 
 from tpuserve.facts import IAP_RANGE
-from tpuserve.gcp.api import CLOUD_PLATFORM_SCOPE
+from tpuserve.gcp.endpoints import CLOUD_PLATFORM_SCOPE
 from tpuserve.settings import Deployment
 
 from .cdk import (

@@ -21,10 +21,9 @@ from tests.cli_support import (
     invoke,
 )
 from tests.fakes.cloud_tasks import FakeCloudTasks
-from tpuserve.gcp.queued_resource import TpuClient
+from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.ops import recovery
 from tpuserve.ops.errors import EXIT_INTERRUPTED, OpsError
-from tpuserve.ops.tpu_nodes import NodeApi
 
 
 @pytest.fixture(autouse=True)
@@ -147,7 +146,7 @@ def test_retries_are_bounded(cli_env: Env) -> None:
     pauses: list[float] = []
     logs: list[str] = []
     with pytest.raises(OpsError) as err:
-        recovery.recover(d, nodes=NodeApi(), qrs=TpuClient(), deploy=deployer, retries=3,
+        recovery.recover(d, tpu=TpuClient(), deploy=deployer, retries=3,
                          backoff_s=(5, 7), sleep=pauses.append, log=logs.append)
     assert deployer.calls == ["spot"] * 3
     assert pauses == [5, 7]  # between attempts, none after the last
@@ -159,7 +158,7 @@ def test_a_failed_attempt_is_retried(cli_env: Env) -> None:
     d = cli_env.seed_ready("spot")
     cli_env.tpu.set_node_state(d.node_name, "PREEMPTED")
     deployer = Deployer(cli_env, fail_times=1)
-    result = recovery.recover(d, nodes=NodeApi(), qrs=TpuClient(), deploy=deployer,
+    result = recovery.recover(d, tpu=TpuClient(), deploy=deployer,
                               retries=3, sleep=lambda _s: None)
     assert result.action == "recovered" and result.attempts == 2
 

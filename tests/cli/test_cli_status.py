@@ -15,10 +15,10 @@ from tests.cli_support import (
     assert_one_line_error,
     invoke,
 )
-from tpuserve.gcp.queued_resource import QueuedResource
+from tpuserve.gcp.tpu.nodes import NodeView
+from tpuserve.gcp.tpu.queued_resources import QueuedResource
 from tpuserve.ops.boot_phases import parse_boot
 from tpuserve.ops.stack_status import StackStatus, format_duration
-from tpuserve.ops.tpu_nodes import NodeView
 
 
 def test_status_of_a_ready_spot_stack(cli_env: Env) -> None:

@@ -15,11 +15,10 @@ from tests.cli_support import (
     ga,
     invoke,
 )
-from tpuserve.gcp.queued_resource import TpuClient
+from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.ops import waiter
 from tpuserve.ops.errors import EXIT_TIMEOUT
 from tpuserve.ops.server import http_client
-from tpuserve.ops.tpu_nodes import NodeApi
 
 
 def test_wait_prints_the_endpoint_of_a_serving_stack(cli_env: Env) -> None:
@@ -69,7 +68,7 @@ def test_wait_follows_every_phase_in_order(cli_env: Env) -> None:
 
     with http_client(2) as http:
         result = waiter.wait_for_stack(
-            d, nodes=NodeApi(), qrs=TpuClient(), http=http, timeout_s=1000, poll_s=10,
+            d, tpu=TpuClient(), http=http, timeout_s=1000, poll_s=10,
             on_event=on_event, clock=lambda: now[0], sleep=sleep,
         )
     assert result.external_ip == "127.0.0.1"

@@ -1,14 +1,12 @@
 """The billing guard off the node: arming, re-arming and disarming a Cloud Tasks task against
-the fake Cloud Tasks and TPU APIs, the task firing the node's deletion, and the fake's own
-fidelity (it refuses what the real API refuses)."""
+the fake Cloud Tasks and TPU APIs, and the task firing the node's deletion. The fake's own
+fidelity is tested beside it (tests/fakes/test_cloud_tasks.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import io
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +14,7 @@ import pytest
 
 from tests.fakes.cloud_tasks import FakeCloudTasks
 from tests.fakes.tpu_api import FakeTpuApi
-from tpuserve.gcp.api import TOKEN_ENV, GoogleApi
+from tpuserve.gcp.api import GoogleApi
 from tpuserve.gcp.billing_guard import (
     ENV_NODE,
     ENV_QUEUE,
@@ -32,6 +30,7 @@ from tpuserve.gcp.billing_guard import (
     guard_target,
     main,
 )
+from tpuserve.gcp.endpoints import TOKEN_ENV
 from tpuserve.settings import Deployment
 
 CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -200,65 +199,3 @@ def test_the_entry_point_arms_and_disarms_from_its_environment(apis: Apis) -> No
     missing = {k: v for k, v in env.items() if k != ENV_QUEUE}
     assert main(["arm"], environ=missing, stdout=out, stderr=err) == 2
     assert f"missing {ENV_QUEUE}" in err.getvalue()
-
-
-# ------------------------------------------------------------------ the fake's fidelity
-def _post(tasks: FakeCloudTasks, queue: str, body: object) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(
-        f"{tasks.url}v2/{queue}/tasks", data=json.dumps(body).encode(), method="POST",
-        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def _good(apis: Apis) -> dict[str, Any]:
-    return build_task(apis.target, dt.datetime.fromtimestamp(CREATED, dt.UTC))
-
-
-def _mutated(apis: Apis, change: str) -> object:
-    task = _good(apis)
-    http = task["httpRequest"]
-    if change == "snake_case":
-        task["schedule_time"] = task.pop("scheduleTime")
-    elif change == "app_engine":
-        task["appEngineHttpRequest"] = {"relativeUri": "/x"}
-    elif change == "no_token":
-        del http["oauthToken"]
-    elif change == "both_tokens":
-        http["oidcToken"] = {"serviceAccountEmail": http["oauthToken"]["serviceAccountEmail"]}
-    elif change == "bad_time":
-        task["scheduleTime"] = "2026-01-01 08:00:00"
-    elif change == "too_far":
-        task["scheduleTime"] = "2026-02-01T00:00:01Z"
-    elif change == "foreign_name":
-        task["name"] = task["name"].replace("tpuserve-guard", "other-queue")
-    elif change == "bad_method":
-        http["httpMethod"] = "KILL"
-    elif change == "unknown_field":
-        http["timeout"] = "10s"
-    elif change == "no_url":
-        del http["url"]
-    return {"task": task}
-
-
-@pytest.mark.parametrize("change", [
-    "snake_case", "app_engine", "no_token", "both_tokens", "bad_time", "too_far",
-    "foreign_name", "bad_method", "unknown_field", "no_url",
-])
-def test_the_fake_refuses_what_the_api_refuses(apis: Apis, change: str) -> None:
-    status, body = _post(apis.tasks, apis.d.guard_queue, _mutated(apis, change))
-    assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT", body
-    assert apis.tasks.task_names() == []
-
-
-def test_the_fake_accepts_the_documented_shape_once(apis: Apis) -> None:
-    status, body = _post(apis.tasks, apis.d.guard_queue, {"task": _good(apis)})
-    assert status == 200 and body["scheduleTime"] == "2026-01-01T08:00:00Z"
-    assert _post(apis.tasks, apis.d.guard_queue, {"task": _good(apis)})[0] == 409
-    unnamed = {k: v for k, v in _good(apis).items() if k != "name"}
-    assert _post(apis.tasks, apis.d.guard_queue, {"task": unnamed})[0] == 200
-    assert _post(apis.tasks, apis.d.guard_queue, {"task": unnamed, "extra": 1})[0] == 400

@@ -4,80 +4,31 @@ The fake TPU API answers faults the way Google's front end and APIs do (error JS
 without `status`, Retry-After, HTML error pages, dropped connections, stalled bodies). The
 rules: transient faults are retried by ONE policy on the REST path and the google-cloud-tpu
 node path alike; a queued-resource create deletes what it made only on a definitive outcome;
-errors render as one line on both paths; no credentials fail fast off Google Cloud.
+errors render as one line on both paths. No credentials: tests/gcp/test_credentials.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import socket
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.cli_support import Env, assert_one_line_error, invoke
-from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi, flex_body
-from tests.gcp.test_queued_resource import PROJECT, QR_ID, REF, ZONE, Clock, Seen
-from tpuserve.gcp import api as google_api
-from tpuserve.gcp.api import DEFAULT_POLICY, ApiError, RetryPolicy
-from tpuserve.gcp.queued_resource import (
-    MISSING,
-    QueuedResourceError,
-    TpuClient,
-    UnknownState,
-    probe,
-    with_generation,
-)
-from tpuserve.ops.tpu_nodes import NodeApi, make_client
-from tpuserve.paths import REPO_ROOT
+from tests.fakes.tpu_api import FakeTpuApi, flex_body
+from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Clock, Seen, one_line, run_module
+from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.provisioner import probe
+from tpuserve.gcp.retry import DEFAULT_POLICY, RetryPolicy, retry_after_seconds
+from tpuserve.gcp.tpu.client import TpuClient
+from tpuserve.gcp.tpu.nodes import make_client
+from tpuserve.gcp.tpu.queued_resources import MISSING, QueuedResourceError, UnknownState
+from tpuserve.render.queued_resource_body import with_generation
 from tpuserve.settings import from_raw, load_raw
-
-REPO = REPO_ROOT
-
-
-@pytest.fixture
-def api() -> Iterator[FakeTpuApi]:
-    with FakeTpuApi() as server:
-        yield server
-
-
-@pytest.fixture
-def fast_api() -> Iterator[FakeTpuApi]:
-    with FakeTpuApi(durations=ZERO_DURATIONS) as server:
-        yield server
 
 
 def client_for(api: FakeTpuApi, clock: Clock, **env: str) -> TpuClient:
     return TpuClient(environ={**api.environ(), **env}, clock=clock, sleep=clock.sleep,
                      poll_interval=5.0)
-
-
-def run_module(env: dict[str, str], *argv: str, stdin: str = "",
-               ) -> subprocess.CompletedProcess[str]:
-    """`python -m tpuserve.queued_resource ...`, as the flex stack's provisioners run it."""
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("CLOUDSDK_", "GCE_METADATA", "GOOGLE_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "tpuserve.gcp.queued_resource", *argv], input=stdin, cwd=REPO,
-        env={**base, "TPUSERVE_TIME_SCALE": "0.001", "TPUSERVE_QR_POLL_SECONDS": "0", **env},
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-
-
-def one_line(stderr: str) -> str:
-    progress = re.compile(r"tpuserve: queued resource [a-z0-9-]+: ")  # one line per state
-    lines = [ln for ln in stderr.splitlines()
-             if ln.startswith("tpuserve: ") and not progress.match(ln)]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr and "<" not in lines[0], stderr
-    return lines[0]
 
 
 # ---------------------------------------------------------------- the policy
@@ -88,10 +39,10 @@ def test_backoff_is_capped_full_jitter_and_retry_after_is_honoured_up_to_its_cap
     assert [p.backoff(n, lambda: 1.0) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
     assert p.backoff(3, lambda: 0.25) == 1.0  # uniform in [0, step]
     assert p.pause(1, 7.0) == 7.0 and p.pause(1, 3600.0) == p.max_retry_after_s
-    assert google_api.retry_after_seconds("12") == 12.0
-    assert google_api.retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) \
+    assert retry_after_seconds("12") == 12.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) \
         == 10.0
-    assert google_api.retry_after_seconds("soon") is None
+    assert retry_after_seconds("soon") is None
     assert [p.is_transient(c) for c in (0, 429, 500, 502, 503, 504, 400, 403, 404, 409)] == [
         True, True, True, True, True, True, False, False, False, False]
     with pytest.raises(ValueError, match="TPUSERVE_TIME_SCALE = 'fast'"):
@@ -310,10 +261,10 @@ def spot():
     return from_raw(load_raw(environ={})).deployments["spot"]
 
 
-def node_api(api: FakeTpuApi, clock: Clock, **env: str) -> NodeApi:
+def node_api(api: FakeTpuApi, clock: Clock, **env: str) -> TpuClient:
     environ = {**api.environ(), **env}
-    return NodeApi(lambda: make_client(environ), environ=environ, clock=clock,
-                   sleep=clock.sleep, policy=RetryPolicy.from_env(environ))
+    return TpuClient(node_client=lambda: make_client(environ), environ=environ, clock=clock,
+                     sleep=clock.sleep, policy=RetryPolicy.from_env(environ))
 
 
 def test_the_node_path_retries_like_the_rest_path(api) -> None:
@@ -326,7 +277,7 @@ def test_the_node_path_retries_like_the_rest_path(api) -> None:
     api.drop_next(method="GET", path_contains="/nodes/")
     api.fail_next(429, "RESOURCE_EXHAUSTED", "slow down", method="GET", path_contains="/nodes/",
                   retry_after="4")
-    assert nodes.get(d).state == "READY"
+    assert nodes.get_node(d).state == "READY"
     assert len(clock.slept) == 4 and clock.slept[-1] == 4.0
 
 
@@ -336,9 +287,9 @@ def test_both_paths_render_an_html_502_as_one_line_without_markup_or_url(api) ->
     clock = Clock()
     api.html_next(502, times=1000)
     with pytest.raises(ApiError) as rest:
-        client_for(api, clock).get_node(d.gcp.project, d.gcp.zone, d.node_name)
+        client_for(api, clock).get_queued_resource(REF)
     with pytest.raises(ApiError) as node:
-        node_api(api, clock).get(d)
+        node_api(api, clock).get_node(d)
     for err in (rest.value, node.value):
         text = str(err)
         assert "502 BAD_GATEWAY: Bad Gateway (an error page from Google's front end" in text
@@ -353,7 +304,7 @@ def test_a_refused_token_says_how_to_get_a_new_one_on_both_paths(api) -> None:
     with pytest.raises(ApiError) as rest:
         client_for(api, clock, **stale).get_queued_resource(REF)
     with pytest.raises(ApiError) as node:
-        node_api(api, clock, **stale).get(d)
+        node_api(api, clock, **stale).get_node(d)
     for err in (rest.value, node.value):
         assert err.code == 401 and "CLOUDSDK_AUTH_ACCESS_TOKEN was refused or has expired" in \
             str(err) and "gcloud auth print-access-token" in str(err)
@@ -374,112 +325,3 @@ def test_status_renders_a_persistent_html_502_as_one_line(cli_env: Env) -> None:
     result = invoke("status", "spot")
     assert_one_line_error(result, "502 BAD_GATEWAY: Bad Gateway")
     assert "<" not in result.stderr and "http" not in result.stderr
-
-
-# ---------------------------------------------------------------- no credentials, fast
-
-
-@pytest.fixture
-def silent_metadata() -> Iterator[str]:
-    """A loopback socket that accepts and never answers (a network that drops the probe)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def no_credentials_env(tmp_path: Path, metadata: str) -> dict[str, str]:
-    return {"HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
-            "GCE_METADATA_IP": metadata, "GCE_METADATA_HOST": metadata}
-
-
-@pytest.mark.skipif(google_api.on_google_vm(), reason="a Google VM may have credentials")
-def test_no_credentials_off_google_cloud_fail_fast_in_one_line(
-    silent_metadata: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli_env: Env,
-) -> None:
-    env = no_credentials_env(tmp_path, silent_metadata)
-    start = time.monotonic()
-    done = run_module(env, "describe", "--name", REF.name)
-    took = time.monotonic() - start
-    assert done.returncode == 1
-    line = one_line(done.stderr)
-    assert "no credentials" in line and "not a Google Cloud VM" in line
-    assert "gcloud auth application-default login" in line
-    # The CLI's node path (google-cloud-tpu) goes through the same resolver.
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("CLOUDSDK_AUTH_ACCESS_TOKEN")
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    start_cli = time.monotonic()
-    result = invoke("status", "spot")
-    took_cli = time.monotonic() - start_cli
-    assert_one_line_error(result, "no credentials", "not a Google Cloud VM")
-    print(f"\nno credentials: `python -m tpuserve.queued_resource describe` failed in "
-          f"{took:.2f} s (process start included); `tpuserve status spot` in {took_cli:.2f} s")
-
-
-def _service_account_adc(tmp_path: Path, token_uri: str) -> Path:
-    """An ADC file whose token endpoint is TOKEN_URI (service-account keys honour it)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
-    adc = tmp_path / "adc.json"
-    adc.write_text(json.dumps({
-        "type": "service_account", "project_id": "proj-test-1", "private_key_id": "k",
-        "private_key": pem, "client_email": "sa@proj-test-1.iam.gserviceaccount.com",
-        "client_id": "1", "token_uri": token_uri}))
-    return adc
-
-
-@pytest.mark.parametrize("refused", [True, False], ids=["unreachable", "refused"])
-def test_a_failed_token_refresh_is_one_line_not_a_traceback(
-    tmp_path: Path, silent_metadata: str, refused: bool,
-) -> None:
-    """ADC sessions refresh their token inside each request: google.auth's own errors (a
-    transport fault, retried; a refresh the token endpoint refuses) end in one line."""
-    from werkzeug.wrappers import Response
-
-    from tests.fakes.metadata import LoopbackServer
-
-    server = LoopbackServer(lambda _r: Response(
-        json.dumps({"error": "invalid_grant", "error_description": "Token has been expired"}),
-        status=400, content_type="application/json"))
-    server.start()
-    try:
-        port = server.port
-        if refused:
-            server.stop()  # nothing listens: every refresh is a transport error
-        adc = _service_account_adc(tmp_path, f"http://127.0.0.1:{port}/token")
-        env = {**no_credentials_env(tmp_path, silent_metadata),
-               "GOOGLE_APPLICATION_CREDENTIALS": str(adc)}
-        done = run_module(env, "describe", "--name", REF.name)
-    finally:
-        server.stop()
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    line = one_line(done.stderr)
-    if refused:
-        assert "UNAVAILABLE" in line and "refreshing the access token" in line, line
-    else:
-        assert "could not be refreshed" in line and "invalid_grant" in line, line

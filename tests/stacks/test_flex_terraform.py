@@ -28,9 +28,9 @@ import pytest
 
 from stacks.flex import spec_sha256
 from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi
-from tpuserve.gcp.queued_resource import GENERATION_LABEL, build_body, with_generation
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render.boot_script import render_startup
+from tpuserve.render.queued_resource_body import GENERATION_LABEL, build_body, with_generation
 from tpuserve.settings import Deployment, from_raw, load_raw
 
 TERRAFORM = shutil.which("terraform")

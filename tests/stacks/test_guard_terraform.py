@@ -25,7 +25,7 @@ import pytest
 
 from tests.fakes.cloud_tasks import FakeCloudTasks
 from tests.fakes.tpu_api import FakeTpuApi
-from tpuserve.gcp.api import TOKEN_ENV
+from tpuserve.gcp.endpoints import TOKEN_ENV
 from tpuserve.settings import Deployment
 
 TERRAFORM = shutil.which("terraform")

@@ -122,7 +122,7 @@ def command(fn: F) -> F:
 def _is_api_error(exc: Exception) -> bool:
     """An ApiError of the Google API edge, without importing the edge (and its HTTP stack)
     into commands that never call Google: if it was never imported, nothing raised one."""
-    api = sys.modules.get("tpuserve.gcp.api")
+    api = sys.modules.get("tpuserve.gcp.errors")
     return api is not None and isinstance(exc, api.ApiError)
 
 
@@ -153,14 +153,9 @@ def load_stack(name: str) -> Deployment:
 # Tests swap these factories; by default they follow gcloud's environment variables.
 
 
-def node_api() -> Any:
-    from tpuserve.ops.tpu_nodes import NodeApi
-
-    return NodeApi()
-
-
-def qr_api() -> Any:
-    from tpuserve.gcp.queued_resource import TpuClient
+def tpu_api() -> Any:
+    """The TPU API client: nodes, guest attributes and queued resources."""
+    from tpuserve.gcp.tpu.client import TpuClient
 
     return TpuClient()
 
@@ -204,7 +199,8 @@ def resolve_target(
         raise OpsError("give a STACK (spot, ondemand, flex) or --endpoint URL",
                        exit_code=EXIT_USAGE)
     d = load_stack(stack)
-    node = node_api().get(d)
+    tpu = tpu_api()
+    node = tpu.get_node(d)
     if node is None:
         raise OpsError(f"{stack}: node {d.node_name} does not exist in "
                        f"{d.gcp.project}/{d.gcp.zone}",
@@ -220,7 +216,7 @@ def resolve_target(
         )
     from tpuserve.ops.boot_phases import NAMESPACE
 
-    attrs = node_api().guest_attributes(d, NAMESPACE) if d.access.tls_on else {}
+    attrs = tpu.guest_attributes(d, NAMESPACE) if d.access.tls_on else {}
     target = tls.stack_target(d, node.external_ip, attrs, api_key or None)
     if target.pin is not None:
         tls.verify_peer(target.base_url, target.pin)

@@ -53,7 +53,8 @@ def endpoint(
     its TLS certificate (made on the node at boot; SHA-256 published in guest attributes) with
     how to give it to curl and the OpenAI SDK, and the command that prints its API key."""
     d = common.load_stack(stack)
-    node = common.node_api().get(d)
+    tpu = common.tpu_api()
+    node = tpu.get_node(d)
     if node is None:
         raise OpsError(f"{stack}: node {d.node_name} does not exist in {d.gcp.project}/"
                        f"{d.gcp.zone}", hint=f"deploy it: npx cdktf deploy {stack}")
@@ -63,7 +64,7 @@ def endpoint(
     pending = ""
     try:
         target = tls.stack_target(d, node.external_ip,
-                                  common.node_api().guest_attributes(d, NAMESPACE))
+                                  tpu.guest_attributes(d, NAMESPACE))
         base, pin = target.base_url, target.pin
     except OpsError as exc:
         if cert_out is not None:

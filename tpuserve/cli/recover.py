@@ -28,7 +28,7 @@ def recover(
 
     d = common.load_stack(stack)
     result = recovery.recover(
-        d, nodes=common.node_api(), qrs=common.qr_api(), deploy=common.deploy_runner(),
+        d, tpu=common.tpu_api(), deploy=common.deploy_runner(),
         retries=retries, log=log, guard=GuardApi(),
     )
     if json_output:

@@ -75,9 +75,9 @@ def render(statuses: list[StackStatus]) -> None:
 def gather(stack: str | None) -> list[StackStatus]:
     found = common.deployments()
     names = [common.load_stack(stack).name] if stack else list(found)
-    nodes, qrs = common.node_api(), common.qr_api()
+    tpu = common.tpu_api()
     with http_client(HEALTH_TIMEOUT_S) as http:
-        return [stack_status(found[n], nodes=nodes, qrs=qrs, http=http) for n in names]
+        return [stack_status(found[n], tpu=tpu, http=http) for n in names]
 
 
 @command
@@ -131,7 +131,7 @@ def status(
                     if s.recoverable:
                         log(f"{s.d.name}: {s.problems[0] if s.problems else 'recoverable'}; "
                             "recovering")
-                        recovery.recover(s.d, nodes=common.node_api(), qrs=common.qr_api(),
+                        recovery.recover(s.d, tpu=common.tpu_api(),
                                          deploy=common.deploy_runner(), retries=retries,
                                          log=log)
             if iterations and n >= iterations:

@@ -44,7 +44,7 @@ def wait(
     try:
         with http_client(HEALTH_TIMEOUT_S) as http:
             result = waiter.wait_for_stack(
-                d, nodes=common.node_api(), qrs=common.qr_api(), http=http,
+                d, tpu=common.tpu_api(), http=http,
                 timeout_s=timeout, poll_s=poll_interval, on_event=on_event,
             )
     finally:

@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-from tpuserve.gcp.api import CLOUD_PLATFORM_SCOPE, TPU_API, ApiError, GoogleApi
+from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.endpoints import CLOUD_PLATFORM_SCOPE, TPU_API
+from tpuserve.gcp.errors import ApiError
 
 CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
 TASKS_VERSION = "v2"

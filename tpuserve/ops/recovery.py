@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tpuserve.gcp.api import ApiError
-from tpuserve.gcp.queued_resource import (
+from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.tpu.nodes import NodeView
+from tpuserve.gcp.tpu.queued_resources import (
     ALIVE_STATES,
     QueuedResource,
     QueuedResourceError,
@@ -39,7 +40,6 @@ from tpuserve.settings import Deployment
 
 from .errors import EXIT_INTERRUPTED, OpsError
 from .stack_status import RECOVERABLE_NODE_STATES, RECOVERABLE_QR_STATES
-from .tpu_nodes import NodeView
 
 DEPLOY_COMMAND_ENV = "TPUSERVE_DEPLOY_COMMAND"  # e.g. "make deploy STACK={stack}"
 DEFAULT_DEPLOY_COMMAND = "npx cdktf deploy {stack} --auto-approve"
@@ -53,16 +53,15 @@ Log = Callable[[str], None]
 Deploy = Callable[[str, Log], int]
 
 
-class NodeOps(Protocol):
-    def get(self, d: Deployment) -> NodeView | None: ...
-    def delete(self, d: Deployment) -> bool: ...
-
-
 class GuardOps(Protocol):
     def arm(self, d: Deployment) -> str | None: ...
 
 
-class QueuedResourceOps(Protocol):
+class TpuOps(Protocol):
+    """What recovery calls of the TPU client (tpuserve.gcp.tpu.client.TpuClient)."""
+
+    def get_node(self, d: Deployment) -> NodeView | None: ...
+    def delete_node(self, d: Deployment) -> bool: ...
     def get_queued_resource(self, ref: QueuedResourceRef) -> QueuedResource | None: ...
     def delete_queued_resource(self, ref: QueuedResourceRef, *, force: bool = ...,
                                timeout: float = ..., on_progress: Any = ...) -> bool: ...
@@ -129,10 +128,10 @@ def run_deploy(stack: str, log: Log, *, environ: Mapping[str, str] | None = None
         ) from None
 
 
-def _diagnose(d: Deployment, nodes: NodeOps, qrs: QueuedResourceOps) -> tuple[bool, str]:
+def _diagnose(d: Deployment, tpu: TpuOps) -> tuple[bool, str]:
     """(needs recovery, why) from the live state."""
     if d.stack.provisioning_model == "flex":
-        qr = qrs.get_queued_resource(ref_for(d))
+        qr = tpu.get_queued_resource(ref_for(d))
         if qr is None:
             return False, (
                 f"no queued resource: nothing to recover (deploy it: npx cdktf deploy {d.name})"
@@ -141,7 +140,7 @@ def _diagnose(d: Deployment, nodes: NodeOps, qrs: QueuedResourceOps) -> tuple[bo
             why = f" ({qr.failure})" if qr.failure else ""
             return True, f"queued resource {qr.state}{why}"
         return False, f"queued resource {qr.state}"
-    node = nodes.get(d)
+    node = tpu.get_node(d)
     if node is None:
         return False, (
             "no node: nothing to recover (the billing guard may have deleted it; deploy it: "
@@ -155,8 +154,7 @@ def _diagnose(d: Deployment, nodes: NodeOps, qrs: QueuedResourceOps) -> tuple[bo
 def recover(
     d: Deployment,
     *,
-    nodes: NodeOps,
-    qrs: QueuedResourceOps,
+    tpu: TpuOps,
     deploy: Deploy = run_deploy,
     retries: int = DEFAULT_RETRIES,
     delete_timeout_s: float = DELETE_TIMEOUT_S,
@@ -178,12 +176,12 @@ def recover(
         result.log.append(msg)
         log(msg)
 
-    needed, why = _diagnose(d, nodes, qrs)
+    needed, why = _diagnose(d, tpu)
     if not needed:
         result.reason = why
         say(f"{d.name}: {why}")
         if guard is not None and d.stack.provisioning_model != "flex" and (
-            nodes.get(d) is not None
+            tpu.get_node(d) is not None
         ):
             _rearm(d, guard, result, say)
         return result
@@ -194,12 +192,12 @@ def recover(
         result.attempts = attempt
         say(f"{d.name}: attempt {attempt}/{retries}")
         try:
-            _delete_dead(d, nodes, qrs, delete_timeout_s, poll_s, say, clock, sleep)
+            _delete_dead(d, tpu, delete_timeout_s, poll_s, say, clock, sleep)
             rc = deploy(d.name, say)
             if rc != 0:
                 raise OpsError(f"the deployment exited with status {rc}")
-            still, state = _diagnose(d, nodes, qrs)
-            if still or not _alive(d, nodes, qrs):
+            still, state = _diagnose(d, tpu)
+            if still or not _alive(d, tpu):
                 raise OpsError(f"after the deployment the stack is still not alive ({state})")
         except (OpsError, ApiError, QueuedResourceError) as exc:
             if isinstance(exc, OpsError) and exc.exit_code == EXIT_INTERRUPTED:
@@ -236,31 +234,31 @@ def _rearm(d: Deployment, guard: GuardOps, result: RecoveryResult, say: Log) -> 
         say(f"{d.name}: {result.guard}")
 
 
-def _alive(d: Deployment, nodes: NodeOps, qrs: QueuedResourceOps) -> bool:
+def _alive(d: Deployment, tpu: TpuOps) -> bool:
     if d.stack.provisioning_model == "flex":
-        qr = qrs.get_queued_resource(ref_for(d))
+        qr = tpu.get_queued_resource(ref_for(d))
         return qr is not None and qr.state in ALIVE_STATES
-    node = nodes.get(d)
+    node = tpu.get_node(d)
     return node is not None and node.state not in RECOVERABLE_NODE_STATES
 
 
 def _delete_dead(
-    d: Deployment, nodes: NodeOps, qrs: QueuedResourceOps, timeout_s: float, poll_s: float,
+    d: Deployment, tpu: TpuOps, timeout_s: float, poll_s: float,
     say: Log, clock: Callable[[], float], sleep: Callable[[float], None],
 ) -> None:
     if d.stack.provisioning_model == "flex":
         ref = ref_for(d)
         say(f"{d.name}: deleting queued resource {ref.name} (force: its node first)")
-        qrs.delete_queued_resource(ref, force=True, timeout=timeout_s)
+        tpu.delete_queued_resource(ref, force=True, timeout=timeout_s)
         say(f"{d.name}: queued resource deleted")
         return
-    node = nodes.get(d)
+    node = tpu.get_node(d)
     if node is None or node.state not in RECOVERABLE_NODE_STATES:
         return  # gone already (an earlier attempt) or replaced meanwhile
     say(f"{d.name}: deleting node {d.node_name} ({node.state})")
-    nodes.delete(d)
+    tpu.delete_node(d)
     start = clock()
-    while nodes.get(d) is not None:
+    while tpu.get_node(d) is not None:
         if clock() - start >= timeout_s:
             raise OpsError(f"node {d.node_name} still exists {timeout_s:.0f} s after its delete")
         sleep(poll_s)

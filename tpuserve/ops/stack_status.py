@@ -9,7 +9,8 @@ from typing import Any, Protocol
 
 import httpx
 
-from tpuserve.gcp.queued_resource import (
+from tpuserve.gcp.tpu.nodes import NodeView
+from tpuserve.gcp.tpu.queued_resources import (
     DEAD_STATES,
     KNOWN_STATES,
     MISSING,
@@ -23,7 +24,6 @@ from tpuserve.settings.base import parse_duration
 from . import server, tls
 from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time
 from .errors import OpsError
-from .tpu_nodes import NodeView
 
 # Node states that end a node's life: only a new node (a redeploy) brings the server back.
 LOST_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING"})
@@ -40,12 +40,11 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class NodeSource(Protocol):
-    def get(self, d: Deployment) -> NodeView | None: ...
+class TpuSource(Protocol):
+    """What status and wait read of the TPU client (tpuserve.gcp.tpu.client.TpuClient)."""
+
+    def get_node(self, d: Deployment) -> NodeView | None: ...
     def guest_attributes(self, d: Deployment, namespace: str) -> dict[str, str]: ...
-
-
-class QueuedResourceSource(Protocol):
     def get_queued_resource(self, ref: Any) -> QueuedResource | None: ...
 
 
@@ -218,18 +217,17 @@ def format_duration(seconds: float | None) -> str:
 def stack_status(
     d: Deployment,
     *,
-    nodes: NodeSource,
-    qrs: QueuedResourceSource,
+    tpu: TpuSource,
     http: httpx.Client,
     now: Now = utcnow,
 ) -> StackStatus:
     """Ask the TPU API (and the server's /health when there is a READY node) about one stack."""
-    qr = qrs.get_queued_resource(ref_for(d)) if d.stack.provisioning_model == "flex" else None
-    node = nodes.get(d)
+    qr = tpu.get_queued_resource(ref_for(d)) if d.stack.provisioning_model == "flex" else None
+    node = tpu.get_node(d)
     boot = BootReport("unknown", "", ())
     attrs: dict[str, str] = {}
     if node is not None and node.state not in ("CREATING", "DELETING"):
-        attrs = nodes.guest_attributes(d, NAMESPACE)
+        attrs = tpu.guest_attributes(d, NAMESPACE)
         boot = parse_boot(attrs)
     health_ok: bool | None = None
     detail = "not checked: no READY node with an external IP"

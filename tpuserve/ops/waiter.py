@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from tpuserve.gcp.queued_resource import ALIVE_STATES, KNOWN_STATES, MISSING, ref_for
+from tpuserve.gcp.tpu.queued_resources import ALIVE_STATES, KNOWN_STATES, MISSING, ref_for
 from tpuserve.settings import Deployment
 
 from . import server, tls
 from .boot_phases import NAMESPACE, parse_boot
 from .errors import EXIT_TIMEOUT, OpsError
-from .stack_status import LOST_NODE_STATES, NodeSource, QueuedResourceSource
+from .stack_status import LOST_NODE_STATES, TpuSource
 
 PHASE_QR = "queued resource"
 PHASE_NODE = "node"
@@ -73,8 +73,7 @@ class WaitFailed(OpsError):
 def wait_for_stack(
     d: Deployment,
     *,
-    nodes: NodeSource,
-    qrs: QueuedResourceSource,
+    tpu: TpuSource,
     http: httpx.Client,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     poll_s: float = DEFAULT_POLL_S,
@@ -107,7 +106,7 @@ def wait_for_stack(
     while True:
         # 1. queued resource (flex)
         if flex:
-            qr = qrs.get_queued_resource(ref_for(d))
+            qr = tpu.get_queued_resource(ref_for(d))
             state = qr.state if qr else MISSING
             if qr is None:
                 raise WaitFailed(
@@ -126,7 +125,7 @@ def wait_for_stack(
         # 2. node
         node = None
         if not flex or PHASE_QR in done:
-            node = nodes.get(d)
+            node = tpu.get_node(d)
             if node is None:
                 node_missing_since = node_missing_since if node_missing_since else clock()
                 if not flex or clock() - node_missing_since > NODE_APPEAR_GRACE_S:
@@ -148,7 +147,7 @@ def wait_for_stack(
                 report(PHASE_NODE, node.state, finished=node.state == "READY")
         # 3. boot phases, 4. health
         if node is not None and node.state == "READY":
-            attrs = nodes.guest_attributes(d, NAMESPACE)
+            attrs = tpu.guest_attributes(d, NAMESPACE)
             boot = parse_boot(attrs)
             if boot.state == "failed":
                 raise WaitFailed(

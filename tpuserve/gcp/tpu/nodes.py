@@ -1,36 +1,30 @@
-"""TPU nodes and their guest attributes through google-cloud-tpu's v2 client (REST transport).
+"""TPU nodes through google-cloud-tpu's v2 client (REST transport): the client, the view the
+CLI reads, and its errors (the calls themselves are tpuserve.gcp.tpu.client.TpuClient's).
 
 REST, not gRPC, so gcloud's `CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU` can point it at any root
-(a fake on 127.0.0.1 in tests); credentials follow tpuserve.gcp.api (the
+(a fake on 127.0.0.1 in tests); credentials follow tpuserve.gcp.credentials (the
 `CLOUDSDK_AUTH_ACCESS_TOKEN` bearer token, else Application Default Credentials). Every API
-failure becomes google_api.ApiError: one line with the status, the message and what to do,
-rendered by the same code as the REST path's. Transient failures are retried by the REST
-path's policy and loop (google_api.RetryPolicy, call_with_retry): one policy for both.
+failure becomes tpuserve.gcp.errors.ApiError: one line with the status, the message and what to
+do, rendered by the same code as the REST path's. Transient failures are retried by the REST
+path's policy and loop (tpuserve.gcp.retry): one policy for both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuserve.gcp.api import (
-    TOKEN_ENV,
-    TPU_API,
-    ApiError,
-    CredentialsError,
-    RetryPolicy,
-    Transient,
-    api_root,
-    call_with_retry,
-    credentials,
-    retry_after_seconds,
-)
-from tpuserve.settings import Deployment
+from tpuserve.gcp.credentials import credentials
+from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API, api_root
+from tpuserve.gcp.errors import ApiError, CredentialsError
+from tpuserve.gcp.retry import RetryPolicy, Transient, call_with_retry, retry_after_seconds
+
+if TYPE_CHECKING:
+    from tpuserve.settings import Deployment
 
 # One API call's deadline; transient failures are retried by the policy (RetryPolicy).
 CALL_TIMEOUT_S = 30.0
@@ -73,7 +67,7 @@ def make_client(environ: Mapping[str, str] | None = None) -> Any:
     )
 
 
-def _transient(exc: Exception, policy: RetryPolicy) -> Transient | None:
+def transient(exc: Exception, policy: RetryPolicy) -> Transient | None:
     """The REST path's rule for google-api-core / transport exceptions."""
     from google.api_core import exceptions as gexc
 
@@ -135,7 +129,7 @@ def api_errors(action: str, environ: Mapping[str, str] | None = None) -> Iterato
                        service="tpu") from None
 
 
-def _view(node: Any) -> NodeView:
+def node_view(node: Any) -> NodeView:
     endpoints = list(node.network_endpoints)
     ip = endpoints[0].access_config.external_ip if endpoints else ""
     created = node.create_time if node.create_time else None
@@ -153,55 +147,50 @@ def _view(node: Any) -> NodeView:
     )
 
 
-class NodeApi:
-    """The node calls the CLI makes, on one TpuClient (make_client) built on first use."""
+class NodeCalls:
+    """The node half of tpuserve.gcp.tpu.client.TpuClient: google-cloud-tpu's client (built on
+    first use by `_node_factory`), called through the same retry policy as the REST half."""
 
-    def __init__(
-        self, client_factory: Callable[[], Any] = make_client, *,
-        policy: RetryPolicy | None = None, environ: Mapping[str, str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self._factory = client_factory
-        self._client: Any = None
-        self._environ = environ
-        self.policy = policy or RetryPolicy.from_env(environ)
-        self._clock = clock
-        self._sleep = sleep
+    _node_factory: Callable[[], Any]
+    _node_client: Any = None
+    _environ: Mapping[str, str] | None
+    policy: RetryPolicy
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
 
     @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = self._factory()
-        return self._client
+    def node_client(self) -> Any:
+        if self._node_client is None:
+            self._node_client = self._node_factory()
+        return self._node_client
 
-    def _call(self, action: str, fn: Callable[[], T]) -> T:
-        """One API call through the shared retry loop; failures as one-line ApiErrors."""
+    def _node_call(self, action: str, fn: Callable[[], T]) -> T:
+        """One node call through the edge's retry loop; failures as one-line ApiErrors."""
         with api_errors(action, self._environ):
-            return call_with_retry(fn, lambda exc: _transient(exc, self.policy),
-                                   policy=self.policy, clock=self._clock, sleep=self._sleep)
+            return call_with_retry(fn, lambda exc: transient(exc, self.policy),
+                                    policy=self.policy, clock=self.clock, sleep=self.sleep)
 
-    def get(self, d: Deployment) -> NodeView | None:
+    def get_node(self, d: Deployment) -> NodeView | None:
         """The stack's node, or None when it does not exist."""
         name = node_path(d)
         try:
-            node = self._call(f"get node {name}", lambda: self.client.get_node(
+            node = self._node_call(f"get node {name}", lambda: self.node_client.get_node(
                 name=name, retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
             if exc.code == 404:
                 return None
             raise
-        return _view(node)
+        return node_view(node)
 
     def guest_attributes(self, d: Deployment, namespace: str) -> dict[str, str]:
         """{key: value} of one guest-attribute namespace; {} while none were written (the API
         answers NOT_FOUND for an empty namespace, and refuses while the VM is not up)."""
         name = node_path(d)
         try:
-            resp = self._call(f"get guest attributes of {name}",
-                              lambda: self.client.get_guest_attributes(
-                                  request={"name": name, "query_path": f"{namespace}/"},
-                                  retry=None, timeout=CALL_TIMEOUT_S))
+            resp = self._node_call(f"get guest attributes of {name}",
+                                   lambda: self.node_client.get_guest_attributes(
+                                       request={"name": name, "query_path": f"{namespace}/"},
+                                       retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
             if exc.code in (404, 400) or exc.status in ("NOT_FOUND", "FAILED_PRECONDITION"):
                 return {}
@@ -213,12 +202,12 @@ class NodeApi:
                     out[item.key] = item.value
         return out
 
-    def delete(self, d: Deployment) -> bool:
-        """Ask for the node's deletion (the caller polls `get` until it is gone, on its own
-        clock); False when it was already gone. A delete is idempotent: retried like a read."""
+    def delete_node(self, d: Deployment) -> bool:
+        """Ask for the node's deletion (the caller polls `get_node` until it is gone, on its
+        own clock); False when it was already gone. Idempotent: retried like a read."""
         name = node_path(d)
         try:
-            self._call(f"delete node {name}", lambda: self.client.delete_node(
+            self._node_call(f"delete node {name}", lambda: self.node_client.delete_node(
                 name=name, retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
             if exc.code == 404:

@@ -1,0 +1,88 @@
+"""The fake TPU API's own fidelity: it accepts exactly the documented request shapes and
+answers like the API does (tests/fakes/tpu_api.py), so tests against it mean something."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests.fakes.tpu_api import FakeTpuApi
+from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, body
+
+
+@pytest.fixture
+def api() -> Iterator[FakeTpuApi]:
+    with FakeTpuApi() as server:
+        yield server
+
+
+def _get(api: FakeTpuApi, path: str) -> requests.Response:
+    return requests.get(f"{api.url}{path}", headers={"Authorization": f"Bearer {api.token}"},
+                        timeout=5)
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda b: b.update(provisioning_model="FLEX_START"), 'Unknown name "provisioning_model"'),
+    (lambda b: b["tpu"]["nodeSpec"][0]["node"].update(accelerator_type="v5litepod-1"),
+     "Unknown name \"accelerator_type\" at 'queued_resource.tpu.node_spec[0].node'"),
+    (lambda b: b.pop("provisioningModel"), "provisioningModel must be FLEX_START"),
+    (lambda b: b.pop("runDuration"), "maxRunDuration is required"),
+    (lambda b: b["runDuration"].update(maxRunDuration="4h"),
+     "Invalid value at 'queued_resource.run_duration.max_run_duration'"),
+    (lambda b: b["runDuration"].update(maxRunDuration="691200s"), "at most 7 days"),
+    (lambda b: b["tpu"]["nodeSpec"][0]["node"]["networkConfig"].pop("enableExternalIps"),
+     "enableExternalIps must be true"),
+    (lambda b: b["tpu"]["nodeSpec"][0]["node"]["networkConfig"].update(
+        enableExternalIps="true"), "(TYPE_BOOL)"),
+    (lambda b: b["tpu"]["nodeSpec"][0].pop("nodeId"), "nodeId is required"),
+    (lambda b: b["tpu"]["nodeSpec"][0]["node"].update(tags="tpuserve-flex"), "expected a list"),
+])
+def test_fake_rejects_every_undocumented_shape(api, mutate, message: str) -> None:
+    b = body()
+    mutate(b)
+    resp = requests.post(
+        f"{api.url}v2alpha1/projects/{PROJECT}/locations/{ZONE}/queuedResources",
+        params={"queuedResourceId": QR_ID}, json=b,
+        headers={"Authorization": f"Bearer {api.token}"}, timeout=5,
+    )
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and message in error["message"]
+    assert not api.queued_resources
+
+def test_fake_requires_a_bearer_token_and_known_query_parameters(api) -> None:
+    url = f"{api.url}v2alpha1/{REF.name}"
+    assert requests.get(url, timeout=5).json()["error"]["status"] == "UNAUTHENTICATED"
+    auth = {"Authorization": f"Bearer {api.token}"}
+    assert requests.get(url, headers=auth, timeout=5).status_code == 404
+    bad = requests.delete(url, params={"forced": "true"}, headers=auth, timeout=5)
+    assert "Cannot bind query parameter" in bad.json()["error"]["message"]
+    assert [r.authorized for r in api.requests] == [False, True, True]
+
+
+def test_a_create_answers_with_a_running_operation_that_ends_accepted(api) -> None:
+    resp = requests.post(
+        f"{api.url}v2alpha1/{REF.parent}/queuedResources", params={"queuedResourceId": QR_ID},
+        json=body(), headers={"Authorization": f"Bearer {api.token}"}, timeout=5,
+    ).json()
+    assert resp["done"] is False
+    assert resp["name"].startswith(f"{REF.parent}/operations/operation-")
+    assert resp["metadata"]["verb"] == "create" and resp["metadata"]["target"] == REF.name
+    api.advance()
+    op = _get(api, f"v2alpha1/{resp['name']}").json()
+    assert op["done"] is True
+    assert op["response"]["name"] == REF.name and op["response"]["state"]["state"] == "ACCEPTED"
+
+
+def test_a_queued_resources_node_answers_on_v2_and_v2alpha1(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body())
+    for version in ("v2", "v2alpha1"):
+        node = _get(api, f"{version}/{REF.parent}/nodes/{QR_ID}").json()
+        assert node["state"] == "READY" and node["queuedResource"] == REF.name
+        ip = node["networkEndpoints"][0]["accessConfig"]["externalIp"]
+        assert ip.startswith("203.0.113.")
+    spot = api.seed_node(PROJECT, ZONE, "tpuserve-spot", external_ip=None)
+    listed = _get(api, f"v2/{REF.parent}/nodes").json()["nodes"]
+    assert [n["name"] for n in listed] == [f"{REF.parent}/nodes/{QR_ID}", spot]

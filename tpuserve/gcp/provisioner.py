@@ -1,0 +1,268 @@
+"""The flex stack's provisioners: `python -m tpuserve.queued_resource` runs `main` here.
+
+    python -m tpuserve.queued_resource create     # body in $TPUSERVE_QR_BODY or --body-file
+    python -m tpuserve.queued_resource delete     # force, waits until gone
+    python -m tpuserve.queued_resource probe      # Terraform `external` data source protocol
+    python -m tpuserve.queued_resource describe   # the QR as JSON
+
+The QR name comes from --name or $TPUSERVE_QR_NAME (projects/P/locations/Z/queuedResources/ID).
+An error prints one line to stderr and exits 1 (bad input: 2); never a traceback. Progress is
+one line per state change (a spinner on a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.tpu.client import ACCEPT_TIMEOUT_S, DEFAULT_POLL_S, DELETE_TIMEOUT_S, TpuClient
+from tpuserve.gcp.tpu.queued_resources import (
+    ALIVE_STATES,
+    KNOWN_STATES,
+    MISSING,
+    Progress,
+    QueuedResourceError,
+    QueuedResourceRef,
+    UnknownState,
+)
+from tpuserve.render.queued_resource_body import check_body, with_generation
+
+# The flex stack's Terraform passes these to the provisioners (stacks/flex.py).
+ENV_NAME = "TPUSERVE_QR_NAME"
+ENV_BODY = "TPUSERVE_QR_BODY"
+ENV_GENERATION = "TPUSERVE_QR_GENERATION"
+ENV_POLL = "TPUSERVE_QR_POLL_SECONDS"
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class StatePrinter:
+    """A Progress callback that prints one line whenever the state changes."""
+
+    def __init__(self, label: str, stream: IO[str] | None = None) -> None:
+        self.label = label
+        self.stream = stream
+        self.last: str | None = None
+
+    def __call__(self, state: str, elapsed: float) -> None:
+        if state != self.last:
+            self.last = state
+            print(f"tpuserve: {self.label}: {state} ({elapsed:.0f} s)",
+                  file=self.stream or sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def rich_progress(label: str, stream: IO[str] | None = None) -> Iterator[Progress]:
+    """A spinner for terminals (rich); one line per state change otherwise (provisioners)."""
+    out = stream or sys.stderr
+    if not out.isatty():  # Terraform's local-exec, CI, a pipe: plain lines, and no rich import
+        yield StatePrinter(label, out)
+        return
+    from rich.console import Console
+
+    console = Console(file=out)
+    with console.status(f"{label}: ...") as status:
+        printer = StatePrinter(label, console.file)
+
+        def update(state: str, elapsed: float) -> None:
+            if state != printer.last:
+                console.log(f"{label}: {state}")
+                printer.last = state
+            status.update(f"{label}: {state} ({elapsed:.0f} s)")
+
+        yield update
+
+
+# ----------------------------------------------------------------------------- probe
+
+
+def new_generation(now: float | None = None) -> str:
+    """A fresh token (UTC time + 4 hex digits), valid as a label value."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def probe(client: TpuClient, ref: QueuedResourceRef) -> dict[str, str]:
+    """The replacement token the flex stack puts in triggers_replace.
+
+    A live QR answers with the generation label it was created with, so the plan is a no-op;
+    a missing, SUSPENDED, FAILED or DELETING one answers with a new token, so Terraform plans
+    a replacement exactly when the QR is dead. A state this client does not know
+    (STATE_UNSPECIFIED) is not a reason to replace: the QR keeps its token, reported as
+    unknown; without a token to keep, the probe fails (UnknownState) rather than guess.
+    """
+    qr = client.get_queued_resource(ref)
+    state = qr.state if qr else MISSING
+    if qr is not None and state not in KNOWN_STATES:
+        if not qr.generation:
+            raise UnknownState(qr)
+        return {"generation": qr.generation, "state": f"UNKNOWN ({state})"}
+    if qr is not None and state in ALIVE_STATES and qr.generation:
+        return {"generation": qr.generation, "state": state}
+    return {"generation": new_generation(), "state": state}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _env_poll(environ: Mapping[str, str]) -> float:
+    raw = environ.get(ENV_POLL, "")
+    if not raw:
+        return DEFAULT_POLL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 600:
+        raise _UsageError(f"{ENV_POLL} = {raw!r}: seconds between polls, 0-600")
+    return value
+
+
+def _ref_arg(args: argparse.Namespace, environ: Mapping[str, str]) -> QueuedResourceRef:
+    name = args.name or environ.get(ENV_NAME, "")
+    if not name:
+        raise _UsageError(f"the queued resource name is missing: pass --name or set {ENV_NAME}")
+    try:
+        return QueuedResourceRef.parse(name)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+def _body_arg(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
+    if args.body_file:
+        source, text = f"--body-file {args.body_file}", _read(args.body_file)
+    elif environ.get(ENV_BODY):
+        source, text = ENV_BODY, environ[ENV_BODY]
+    else:
+        raise _UsageError(f"the queued resource body is missing: set {ENV_BODY} or --body-file")
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise _UsageError(f"{source}: not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise _UsageError(f"{source}: must be a JSON object")
+    return body
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise _UsageError(f"--body-file {path}: {exc.strerror}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tpuserve.queued_resource",
+        description="Flex-start queued resources (TPU API v2alpha1); used by the flex stack.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    name_help = f"projects/P/locations/Z/queuedResources/ID (default: ${ENV_NAME})"
+    create = sub.add_parser("create", help="create (or adopt) and wait until ACCEPTED")
+    create.add_argument("--name", help=name_help)
+    create.add_argument("--body-file", help=f"the JSON body (default: ${ENV_BODY})")
+    create.add_argument("--generation", help=f"label token (default: ${ENV_GENERATION})")
+    create.add_argument("--timeout", type=float, default=ACCEPT_TIMEOUT_S)
+    delete = sub.add_parser("delete", help="delete with force and wait until gone")
+    delete.add_argument("--name", help=name_help)
+    delete.add_argument("--timeout", type=float, default=DELETE_TIMEOUT_S)
+    describe = sub.add_parser("describe", help="print the queued resource as JSON")
+    describe.add_argument("--name", help=name_help)
+    sub.add_parser("probe", help='Terraform external data source: stdin {"name": ...}')
+    return parser
+
+
+def _run(
+    args: argparse.Namespace, environ: Mapping[str, str], stdin: IO[str], stdout: IO[str],
+    stderr: IO[str],
+) -> int:
+    try:
+        client = TpuClient(environ=environ, poll_interval=_env_poll(environ))
+    except ValueError as exc:  # a malformed endpoint override or TPUSERVE_TIME_SCALE
+        raise _UsageError(str(exc)) from None
+    if args.command == "probe":
+        try:
+            query = json.loads(stdin.read() or "{}")
+        except ValueError as exc:
+            raise _UsageError(f"probe: stdin is not a JSON object ({exc})") from None
+        if not isinstance(query, dict) or not isinstance(query.get("name"), str):
+            raise _UsageError('probe: stdin must be a JSON object like {"name": "projects/..."}')
+        try:
+            ref = QueuedResourceRef.parse(query["name"])
+        except ValueError as exc:
+            raise _UsageError(f"probe: {exc}") from None
+        json.dump(probe(client, ref), stdout)
+        stdout.write("\n")
+        return 0
+    ref = _ref_arg(args, environ)
+    if args.command == "describe":
+        qr = client.get_queued_resource(ref)
+        if qr is None:
+            print(f"tpuserve: queued resource {ref.name} does not exist", file=stderr)
+            return 1
+        json.dump(qr.raw, stdout, indent=2, sort_keys=True)
+        stdout.write("\n")
+        return 0
+    label = f"queued resource {ref.queued_resource_id}"
+    if args.command == "create":
+        body = _body_arg(args, environ)
+        generation = args.generation or environ.get(ENV_GENERATION, "")
+        try:
+            check_body(ref.parent, body)
+            if generation:
+                body = with_generation(body, generation)
+        except ValueError as exc:
+            raise _UsageError(str(exc)) from None
+        with rich_progress(label, stderr) as progress:
+            result = client.create_queued_resource(
+                ref, body, timeout=args.timeout, on_progress=progress
+            )
+        verb = "adopted" if result.adopted else "created"
+        print(
+            f"tpuserve: {verb} {ref.name}: {result.queued_resource.state}; ACTIVE can take a "
+            "while: wait for it with `tpuserve wait flex`", file=stdout,
+        )
+        return 0
+    with rich_progress(label, stderr) as progress:
+        deleted = client.delete_queued_resource(ref, timeout=args.timeout, on_progress=progress)
+    print(f"tpuserve: {'deleted' if deleted else 'already gone:'} {ref.name}", file=stdout)
+    return 0
+
+
+def main(
+    argv: list[str] | None = None, *, environ: Mapping[str, str] | None = None,
+    stdin: IO[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None,
+) -> int:
+    env = os.environ if environ is None else environ
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args, env, stdin or sys.stdin, out, err)
+    except _UsageError as exc:
+        print(f"tpuserve: {exc}", file=err)
+        return 2
+    except (ApiError, QueuedResourceError) as exc:
+        notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        print(f"tpuserve: {exc}{notes}", file=err)
+        return 1
+    except KeyboardInterrupt:
+        print("tpuserve: interrupted", file=err)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

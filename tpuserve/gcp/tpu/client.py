@@ -1,0 +1,397 @@
+"""The one client for the TPU API: queued resources over REST v2alpha1 (through the Google API
+edge, tpuserve.gcp.api; google-cloud-tpu cannot express flex-start, issue 3) and nodes with
+their guest attributes through google-cloud-tpu. One retry policy serves both halves.
+
+Transient faults never cost a queue position (issue 11): every call is retried by the edge's
+policy within the command's timeout; a wait whose reads keep failing polls again (state
+UNREADABLE) until that timeout; and a create deletes what it made only on a definitive outcome
+(FAILED/SUSPENDED, or the create operation refused the spec). Otherwise it leaves the QR in the
+queue and says so: the next deploy adopts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
+
+from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.endpoints import TPU_API
+from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.retry import CREATE_TRANSIENT_CODES, RetryPolicy
+from tpuserve.gcp.tpu.nodes import NodeCalls, make_client
+from tpuserve.gcp.tpu.queued_resources import (
+    ACCEPTED_OR_LATER,
+    ALIVE_STATES,
+    API_VERSION,
+    DEAD_STATES,
+    KNOWN_STATES,
+    MISSING,
+    UNREADABLE,
+    CreateResult,
+    Progress,
+    QueuedResource,
+    QueuedResourceError,
+    QueuedResourceRef,
+    SpecMismatch,
+    UnknownState,
+    WaitTimeout,
+    dead_message,
+)
+from tpuserve.render.queued_resource_body import check_body, spec_differences
+
+DEFAULT_POLL_S = 5.0
+ACCEPT_TIMEOUT_S = 600.0
+# SPEC 2: a QR in PROVISIONING cannot be deleted, and provisioning takes minutes.
+DELETE_TIMEOUT_S = 1800.0
+CLEANUP_TIMEOUT_S = 600.0
+# A refused delete comes as 400, 409 or 412, with or without a status: the QR's own state, read
+# after the refusal, says whether waiting helps (issue 11).
+DELETE_REFUSAL_CODES = frozenset({400, 409, 412})
+
+Settled = Callable[[QueuedResource | None, str, Mapping[str, Any]], bool]
+"""A wait's verdict on one read (QR or None, its state, the operation): True ends the wait;
+raising ends it with that error; False polls again."""
+
+
+class _Definitive(Exception):
+    """A create's definitive failure (FAILED, or the spec refused): what it made is removed."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _no_progress(state: str, elapsed: float) -> None:
+    return None
+
+
+def _failed_op(op: Mapping[str, Any], action: str) -> ApiError | None:
+    if op.get("done") and isinstance(op.get("error"), dict):
+        return ApiError.from_status(op["error"], action=action, service="tpu")
+    return None
+
+
+class TpuClient(NodeCalls, GoogleApi):
+    """TPU API calls: queued resources (REST v2alpha1) and nodes (google-cloud-tpu)."""
+
+    def __init__(
+        self, *, session: Any = None, root: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        poll_interval: float = DEFAULT_POLL_S, policy: RetryPolicy | None = None,
+        rand: Callable[[], float] | None = None,
+        node_client: Callable[[], Any] | None = None,
+    ) -> None:
+        extra: dict[str, Any] = {"rand": rand} if rand is not None else {}
+        super().__init__("tpu", TPU_API, session=session, root=root, environ=environ,
+                         sleep=sleep, clock=clock, policy=policy, **extra)
+        self.clock = clock
+        self.sleep = sleep
+        self.poll_interval = poll_interval
+        self._node_factory = node_client or (lambda: make_client(environ))
+
+    # -- queued resources (REST v2alpha1)
+
+    def get_queued_resource(self, ref: QueuedResourceRef) -> QueuedResource | None:
+        """The QR, or None when it does not exist."""
+        try:
+            data = self.request("GET", f"{API_VERSION}/{ref.name}",
+                                action=f"get queued resource {ref.name}")
+        except ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        return QueuedResource.from_json(data)
+
+    @contextlib.contextmanager
+    def _command(self, timeout: float) -> Iterator[float]:
+        """Retries inside this block end with the command's timeout; yields its start."""
+        start, outer = self.clock(), self.deadline
+        end = start + timeout
+        self.deadline = end if outer is None else min(outer, end)
+        try:
+            yield start
+        finally:
+            self.deadline = outer
+
+    def _poll(self, ref: QueuedResourceRef) -> tuple[QueuedResource | None, str]:
+        """One read of the QR for a wait loop: (QR or None, state). A read whose transient
+        errors outlasted their retries is UNREADABLE, not a verdict: the loop polls again."""
+        try:
+            qr = self.get_queued_resource(ref)
+        except ApiError as exc:
+            if not self.policy.is_transient(exc.code):
+                raise
+            return None, f"{UNREADABLE} ({exc.code} {exc.status})"
+        return qr, qr.state if qr else MISSING
+
+    def _pause(self, elapsed: float, timeout: float) -> None:
+        """One poll interval, never past the timeout."""
+        self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
+
+    def _poll_until(
+        self, ref: QueuedResourceRef, settled: Settled, *, timeout: float,
+        progress: Progress, operation: Mapping[str, Any],
+        timed_out: Callable[[str, float], Exception],
+        before_read: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> QueuedResource | None:
+        """The one wait loop: read the QR every poll interval and report its state until
+        `settled` says so, following `operation` (e.g. the create's) meanwhile.
+
+        `before_read` may end the wait on the operation alone, before the next read (a create
+        whose operation failed need not look); otherwise `settled` judges the operation after
+        the read (a delete: a QR that is gone is gone, whatever its operation says).
+        """
+        start = self.clock()
+        op = dict(operation)
+        while True:
+            if before_read is not None:
+                before_read(op)
+            qr, state = self._poll(ref)
+            elapsed = self.clock() - start
+            progress(state, elapsed)
+            if settled(qr, state, op):
+                return qr
+            if elapsed >= timeout:
+                raise timed_out(state, elapsed)
+            self._pause(elapsed, timeout)
+            if op.get("name") and not op.get("done"):
+                op = self._poll_operation(op)
+
+    def _poll_operation(self, op: Mapping[str, Any]) -> dict[str, Any]:
+        """The operation's next state; the last one known while reads fail transiently."""
+        try:
+            return self.get_operation(str(op["name"]))
+        except ApiError as exc:
+            if not self.policy.is_transient(exc.code):
+                raise
+            return dict(op)
+
+    def get_operation(self, name: str) -> dict[str, Any]:
+        return self.request("GET", f"{API_VERSION}/{name}", action=f"get operation {name}")
+
+    def create_queued_resource(
+        self, ref: QueuedResourceRef, body: Mapping[str, Any], *,
+        timeout: float = ACCEPT_TIMEOUT_S, on_progress: Progress | None = None,
+    ) -> CreateResult:
+        """Create the QR and return once it is ACCEPTED or further.
+
+        Idempotent: a live QR with the same spec is adopted; a different one raises
+        SpecMismatch naming the fields. A dead one (SUSPENDED, FAILED) holds the name and
+        quota, so it is deleted first; a DELETING one is waited out; one in a state this
+        client does not know is left alone (UnknownState).
+
+        What this create made is deleted again only on a definitive outcome (the QR FAILED
+        or was SUSPENDED, or the create operation refused the spec); any other failure (a
+        timeout, reads that keep failing) leaves it, and the error says how to resume.
+        """
+        body = check_body(ref.parent, dict(body))
+        progress = on_progress or _no_progress
+        with self._command(timeout) as start:
+            existing = self.get_queued_resource(ref)
+            if existing is not None and existing.state not in KNOWN_STATES:
+                raise UnknownState(existing)
+            if existing is not None and existing.state not in ALIVE_STATES:
+                self.delete_queued_resource(ref, timeout=timeout, on_progress=progress)
+                existing = None
+            op: dict[str, Any] = {}
+            if existing is None:
+                try:
+                    # Retried on 5xx and resets: the id makes a repeat answer 409, judged below.
+                    op = self.request(
+                        "POST", f"{API_VERSION}/{ref.parent}/queuedResources",
+                        params={"queuedResourceId": ref.queued_resource_id}, body=body,
+                        action=f"create queued resource {ref.name}", idempotent=True,
+                        transient_codes=CREATE_TRANSIENT_CODES,
+                    )
+                except ApiError as exc:
+                    if exc.code != 409:
+                        raise
+                    ours = self.earlier_try_unanswered
+                    existing = self.get_queued_resource(ref)  # lost a race: judge what is there
+                    if existing is None:
+                        raise
+                    if ours:
+                        # An earlier try of this very POST may have acted (its answer was lost
+                        # or a 5xx): the QR is this create's own, cleanup included.
+                        existing = None
+            if existing is not None:
+                diffs = spec_differences(body, existing.raw)
+                if diffs:
+                    raise SpecMismatch(ref.name, diffs)
+            remaining = max(0.0, timeout - (self.clock() - start))
+            try:
+                qr = self._wait_accepted(ref, op, remaining, progress)
+            except _Definitive as failed:
+                if existing is None:
+                    self._remove_failed_create(ref, failed.error, progress)
+                raise failed.error from None
+            except (ApiError, QueuedResourceError) as exc:
+                if existing is None:
+                    exc.add_note(
+                        f"the queued resource {ref.name} was left in place (it keeps its place "
+                        "in the queue): deploy again (cdktf deploy flex) to adopt it, or delete "
+                        f"it with `python -m tpuserve.queued_resource delete --name {ref.name}`"
+                    )
+                raise
+        return CreateResult(qr, adopted=existing is not None)
+
+    def _remove_failed_create(
+        self, ref: QueuedResourceRef, exc: Exception, progress: Progress
+    ) -> None:
+        """Delete what a definitively failed create made: Terraform skips destroy provisioners
+        of a tainted resource, so a QR left here could provision later and bill with nothing
+        tracking it."""
+        try:
+            if self.delete_queued_resource(ref, timeout=CLEANUP_TIMEOUT_S, on_progress=progress):
+                exc.add_note("the queued resource this create made was deleted again")
+        except (ApiError, QueuedResourceError) as cleanup:
+            exc.add_note(
+                f"removing the queued resource this create made failed too ({cleanup}): delete "
+                f"it with `python -m tpuserve.queued_resource delete --name {ref.name}`"
+            )
+
+    def delete_queued_resource(
+        self, ref: QueuedResourceRef, *, force: bool = True,
+        timeout: float = DELETE_TIMEOUT_S, on_progress: Progress | None = None,
+    ) -> bool:
+        """Delete the QR (with force: its node first) and wait until it is gone.
+
+        A missing QR is success (returns False: nothing was deleted). A QR in PROVISIONING
+        cannot be deleted (SPEC 2): a refused delete (400, 409 or 412, whatever its status
+        says) is retried within `timeout` while the QR, read again, is PROVISIONING.
+        """
+        progress = on_progress or _no_progress
+        with self._command(timeout) as start:
+            op: dict[str, Any] = {}
+            refused = False
+            waiting = (f"PROVISIONING (cannot be deleted until provisioning ends; retrying for "
+                       f"up to {timeout:.0f} s)")
+            while True:
+                qr, state = self._poll(ref)
+                elapsed = self.clock() - start
+                if state.startswith(UNREADABLE):  # transient faults outlasted their retries
+                    progress(state, elapsed)
+                    self._unreadable_pause(ref, elapsed, timeout)
+                    continue
+                if qr is None:
+                    progress(MISSING, elapsed)
+                    return False
+                progress(waiting if refused and qr.state == "PROVISIONING" else qr.state,
+                         elapsed)
+                if qr.state == "DELETING":
+                    break
+                try:
+                    op = self.request(
+                        "DELETE", f"{API_VERSION}/{ref.name}",
+                        params={"force": "true"} if force else None,
+                        action=f"delete queued resource {ref.name}",
+                    )
+                    break
+                except ApiError as exc:
+                    if exc.code == 404:
+                        progress(MISSING, self.clock() - start)
+                        return False
+                    if exc.code not in DELETE_REFUSAL_CODES:
+                        raise
+                    # The refusal's words vary; the QR's own state says whether to wait.
+                    now, state = self._poll(ref)
+                    if state.startswith(UNREADABLE):
+                        progress(state, elapsed)
+                        self._unreadable_pause(ref, elapsed, timeout)
+                        continue
+                    if now is None:
+                        progress(MISSING, self.clock() - start)
+                        return False
+                    if now.state == "DELETING":
+                        break
+                    if now.state != "PROVISIONING":
+                        raise
+                    if not refused:
+                        refused = True
+                        progress(waiting, elapsed)
+                    if elapsed >= timeout:
+                        raise WaitTimeout(
+                            f"queued resource {ref.name} is still PROVISIONING after "
+                            f"{elapsed:.0f} s and cannot be deleted until it finishes (SPEC 2) "
+                            "-> run the delete again in a few minutes (cdktf destroy flex)"
+                        ) from None
+                    self._pause(elapsed, timeout)
+            remaining = max(0.0, timeout - (self.clock() - start))
+            self.wait_for_state(ref, {MISSING}, timeout=remaining, fail_states=(),
+                                on_progress=progress, operation=op)
+        return True
+
+    def _unreadable_pause(self, ref: QueuedResourceRef, elapsed: float, timeout: float) -> None:
+        """In a delete's wait: past `timeout` a WaitTimeout, else one poll interval."""
+        if elapsed >= timeout:
+            raise WaitTimeout(
+                f"queued resource {ref.name} could not be read for {elapsed:.0f} s (transient "
+                "API errors) -> run the delete again (cdktf destroy flex)"
+            )
+        self._pause(elapsed, timeout)
+
+    def wait_for_state(
+        self, ref: QueuedResourceRef, targets: Collection[str], *, timeout: float,
+        fail_states: Collection[str] | None = None, on_progress: Progress | None = None,
+        operation: Mapping[str, Any] | None = None,
+    ) -> QueuedResource | None:
+        """Poll until the QR's state is in `targets` (MISSING = gone); return it (None if gone).
+
+        `fail_states` (default: the dead states, and MISSING unless targeted) raise at once.
+        A done `operation` with an error raises it. Reads that fail transiently (after their
+        own retries) are polled again until `timeout`.
+        """
+        fails = (DEAD_STATES | ({MISSING} - set(targets)) if fail_states is None
+                 else fail_states)
+        wanted = "/".join(sorted(targets))
+
+        def settled(qr: QueuedResource | None, state: str, op: Mapping[str, Any]) -> bool:
+            if state in targets:
+                return True
+            if state in fails:
+                raise QueuedResourceError(
+                    dead_message(qr) if qr else f"queued resource {ref.name} disappeared "
+                    f"while waiting for {wanted}"
+                )
+            failed = _failed_op(op, f"wait for queued resource {ref.name}")
+            if failed is not None:
+                raise failed
+            return False
+
+        def timed_out(state: str, elapsed: float) -> Exception:
+            return WaitTimeout(
+                f"queued resource {ref.name} is {state} after {elapsed:.0f} s, not {wanted} "
+                "-> wait longer, or check it with `python -m tpuserve.queued_resource describe`"
+            )
+
+        return self._poll_until(ref, settled, timeout=timeout,
+                                progress=on_progress or _no_progress,
+                                operation=operation or {}, timed_out=timed_out)
+
+    def _wait_accepted(
+        self, ref: QueuedResourceRef, op: Mapping[str, Any], timeout: float, progress: Progress
+    ) -> QueuedResource:
+        def before_read(op: Mapping[str, Any]) -> None:
+            failed = _failed_op(op, f"create queued resource {ref.name}")
+            if failed is not None:
+                raise _Definitive(failed)
+
+        def settled(qr: QueuedResource | None, state: str, op: Mapping[str, Any]) -> bool:
+            if qr is not None and qr.state in DEAD_STATES:
+                raise _Definitive(QueuedResourceError(dead_message(qr)))
+            return qr is not None and qr.state in ACCEPTED_OR_LATER
+
+        def timed_out(state: str, elapsed: float) -> Exception:
+            return WaitTimeout(
+                f"queued resource {ref.name} is {state} after {elapsed:.0f} s, not "
+                "ACCEPTED yet -> check it with `python -m tpuserve.queued_resource "
+                "describe`, then deploy again (create is idempotent)"
+            )
+
+        qr = self._poll_until(ref, settled, timeout=timeout, progress=progress, operation=op,
+                              timed_out=timed_out, before_read=before_read)
+        assert qr is not None  # settled only on a QR ACCEPTED or later
+        return qr
