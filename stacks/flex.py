@@ -67,7 +67,7 @@ class FlexStack(ServingStack):
             raise ValueError(
                 f"the flex queued-resource body is {size:,} characters: at most "
                 f"{MAX_BODY_CHARS:,} fit the create step's environment (Linux caps one "
-                "variable at 128 KiB); shorten templates/startup.sh.j2"
+                "variable at 128 KiB); shorten the boot script (templates/boot/)"
             )
 
         external = TerraformProvider(

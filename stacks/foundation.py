@@ -109,7 +109,7 @@ class Foundation(Construct):
             force_destroy=True,  # a cache: destroy must not fail on leftover objects
             labels=d.labels,
             # Unused caches expire, not old ones: every healthy boot that restores or publishes
-            # a cache sets its object's customTime to now (templates/startup.sh.j2), so a cache
+            # a cache sets its object's customTime to now (templates/boot/cache.sh.j2), so a cache
             # in daily use is never deleted (an `age` rule would force a cold boot, SPEC 4's
             # 685 s of compilation, every retention_days).
             lifecycle_rule=[

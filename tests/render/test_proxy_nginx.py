@@ -1,6 +1,6 @@
-"""The API-key proxy as it runs: the REAL nginx (Debian's package) with the rendered config
-(tpuserve/proxy_conf.py, the same template the node renders, with a test ProxyLayout), the key
-rule and TLS certificate made by the boot script's own functions, in front of an upstream that
+"""The API-key proxy as it runs: the REAL nginx (Debian's package) with the config rendered by
+tpuserve/render/proxy_conf.py (the same template the node renders, with a test ProxyLayout), the
+key rule and TLS certificate made by the boot script's own functions, in front of an upstream that
 routes the way vLLM does (tests/fakes/vllm_routes.py).
 
 Requests are written on raw sockets, so nothing on the client side normalises them. The rule:
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pwd
 import re
+import shlex
 import socket
 import ssl
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 
 from tests.fakes.vllm_routes import Upstream
 from tests.nginx_support import NGINX
-from tpuserve.render.boot_script import render_startup
+from tpuserve.render.boot_script import BOOT_HELPER, render_startup
 from tpuserve.render.proxy_conf import ProxyLayout, render_nginx_conf
 from tpuserve.settings import load
 
@@ -105,9 +106,10 @@ def boot_function(script: str, name: str) -> str:
 
 def run_boot_functions(script: str, body: str) -> None:
     """Run the boot script's own nginx_key_include and tls_cert (no metadata server: the
-    certificate gets 127.0.0.1 alone)."""
+    certificate gets 127.0.0.1 alone; the helper they run is the file the script carries)."""
     prelude = ("set -euo pipefail\nMETA_HOST=127.0.0.1:9\nlog() { :; }\n"
-               "fail() { echo \"$*\" >&2; exit 1; }\ntmo() { echo 1; }\n")
+               "fail() { echo \"$*\" >&2; exit 1; }\ntmo() { echo 1; }\n"
+               f"HELPER={shlex.quote(str(BOOT_HELPER))}\n")
     code = prelude + "".join(boot_function(script, n) for n in ("nginx_key_include", "tls_cert"))
     subprocess.run(["bash", "-c", code + body], check=True, capture_output=True, text=True)
 

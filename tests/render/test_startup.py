@@ -1,6 +1,7 @@
 """The rendered boot script as text: bash syntax, shellcheck, quoting, what it reads and records.
 
-The script is run for real in tests/test_boot.py; here it is only rendered and inspected.
+The script is run for real in tests/render/boot/; here it is rendered and inspected, and its
+parts (templates/boot/*.sh.j2) are run alone where a function can be.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.render.boot.support import cache_object
+from tpuserve import facts
+from tpuserve.ops import boot_phases
 from tpuserve.render.boot_script import (
+    BOOT_HELPER,
     CACHE_OBJECT_PREFIX,
     GUEST_ATTRIBUTE_KEYS,
     GUEST_ATTRIBUTE_NAMESPACE,
-    cache_id,
-    cache_object,
+    _env,
     render_startup,
     startup_context,
     vllm_command,
@@ -170,8 +174,12 @@ def test_only_documented_environment_is_read(rendered: dict[str, Path]) -> None:
 def test_the_header_documents_every_guest_attribute_written(rendered: dict[str, Path]) -> None:
     text = rendered["spot"].read_text()
     header = text.split("set -euo pipefail")[0]
-    assert f'namespace "{GUEST_ATTRIBUTE_NAMESPACE}"' in header
-    assert f"guest-attributes/{GUEST_ATTRIBUTE_NAMESPACE}\"" in text
+    # One namespace, facts.py's, rendered into the settings block; the header names the variable.
+    assert GUEST_ATTRIBUTE_NAMESPACE == facts.GUEST_ATTRIBUTE_NAMESPACE == boot_phases.NAMESPACE
+    assert _settings(rendered["spot"], '"$GA_NAMESPACE"') == [facts.GUEST_ATTRIBUTE_NAMESPACE]
+    assert "namespace GA_NAMESPACE" in header
+    assert 'guest-attributes/$GA_NAMESPACE"' in text
+    assert "guest-attributes/tpuserve" not in text  # not hard-coded anywhere else
     code = _code(rendered["spot"])
     written = set(re.findall(r"\bphase ([a-z_]+) ", code)) | set(
         re.findall(r"\bga ([a-z_]+) ", code))
@@ -225,12 +233,70 @@ def test_the_cache_key_follows_the_argv_and_the_bucket_switch(
     assert startup_context(spot)["cache_bucket"] == spot.cache_bucket
 
 
-def test_the_image_digest_completes_the_cache_key() -> None:
+def _parts(*names: str) -> str:
+    """Parts of the script (templates/boot/NAME.sh.j2), as rendered: plain bash functions."""
+    return "".join(_env.get_template(f"boot/{name}.sh.j2").render() for name in names)
+
+
+def test_the_image_digest_completes_the_cache_key(tmp_path: Path) -> None:
+    """The script's own image_identity and cache_select (the only place the image's part is
+    added to the config's key), run alone against a stub docker: the object named is the one
+    the tests expect (support.cache_object), and an unusable digest fails the boot."""
     digest = "sha256:0123456789ab" + "f" * 52
     key = "3f0930acff858cd0"
-    assert cache_id(key, f"vllm/vllm-tpu@{digest}") == f"{key}-0123456789ab"
-    assert cache_id(key, digest) == f"{key}-0123456789ab"  # an image id, no repo digest
-    assert cache_object(key, digest) == f"{CACHE_OBJECT_PREFIX}{key}-0123456789ab.tar.gz"
+    stubs = (
+        'log() { :; }\nfail() { echo "FAIL $*"; exit 1; }\n'
+        'docker() { printf "%s\\n" "$INSPECT"; }\n'
+    )
+    program = (_parts("containers", "cache") + stubs
+               + 'CACHE_KEY=$1 CACHE_PREFIX=$2 CACHE_ROOT=/c\n'
+               'image_identity vllm/vllm-tpu:nightly\ncache_select "$IMAGE_HASH"\n'
+               'printf "%s\\n" "$CACHE_OBJECT" "$CACHE_ID" "$RUN_IMAGE"\n')
+    script = tmp_path / "parts.sh"
+    script.write_text(program)
+
+    def run(inspect: str) -> list[str]:
+        proc = subprocess.run(["bash", str(script), key, CACHE_OBJECT_PREFIX], text=True,
+                              capture_output=True, check=False,
+                              env={"INSPECT": inspect, "PATH": "/usr/bin:/bin"})
+        return proc.stdout.splitlines()
+
+    other = "sha256:" + "e" * 64
+    pulled = run(f"sha256:{'a' * 64} other/repo@{other} vllm/vllm-tpu@{digest}")
+    assert pulled == [cache_object(key, f"vllm/vllm-tpu@{digest}"),
+                      f"{key}-0123456789ab", f"vllm/vllm-tpu@{digest}"]
+    assert pulled[0] == f"{CACHE_OBJECT_PREFIX}{key}-0123456789ab.tar.gz"
+    built = run(digest)  # an image id, no repo digest
+    assert built[0] == cache_object(key, digest) == pulled[0] and built[2] == digest
     for bad in ("vllm/vllm-tpu:nightly", "sha256:0123", "sha256:../../etc/passwd"):
         with pytest.raises(ValueError, match="expected"):
-            cache_id(key, bad)
+            cache_object(key, bad)
+        assert run(bad)[-1].startswith("FAIL image vllm/vllm-tpu:nightly: no usable digest"), bad
+
+
+def test_the_guest_attribute_keys_are_one_list() -> None:
+    """The renderer, its tests and the CLI's reader share render/node_metadata's list; the CLI's
+    phases are those keys (less state and tls) with the off-node guard's after boot."""
+    assert [k for k, _ in boot_phases.PHASES] == [
+        "boot", "guard", "secret", "image", "cache", "container", "memory", "kv_cache",
+        "startup_complete", "health", "bypass_check", "cache_publish"]
+    assert {k for k, _ in boot_phases.PHASES} == set(GUEST_ATTRIBUTE_KEYS) - {"state", "tls"} | {
+        "guard"}
+
+
+def test_the_helper_is_carried_verbatim_and_holds_no_config_value(
+    rendered: dict[str, Path],
+) -> None:
+    helper = BOOT_HELPER.read_text()
+    assert "{{" not in helper and "'" not in helper  # static, and held without quote escapes
+    for name, path in rendered.items():
+        got = _settings_and_helper(path)
+        assert got == helper.rstrip("\n"), name
+
+
+def _settings_and_helper(script: Path) -> str:
+    text = script.read_text()
+    block = text[text.index("# --- settings"):text.index('\nROOT="')]  # lib starts there
+    proc = subprocess.run(["bash", "-c", f"set -eu\n{block}\nprintf '%s' \"$BOOT_HELPER_PY\""],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout

@@ -298,7 +298,7 @@ def test_terraform_evaluates_every_value_to_the_literal(landed, tmp_path: Path) 
 
 def test_no_template_writes_a_value_into_a_comment_or_a_heredoc() -> None:
     """A newline in a value would end a comment; a value holding the terminator a heredoc."""
-    for template in sorted((REPO_ROOT / "templates").glob("*.j2")):
+    for template in sorted((REPO_ROOT / "templates").rglob("*.j2")):
         rendered_part = re.sub(r"{% raw %}.*?{% endraw %}", "", template.read_text(),
                                flags=re.DOTALL)
         for line in rendered_part.splitlines():

@@ -1,9 +1,10 @@
-"""Boot progress as the boot script records it in guest attributes (templates/startup.sh.j2).
+"""Boot progress as the boot script records it in guest attributes (templates/boot/).
 
-Namespace "tpuserve"; every value is "<UTC ISO-8601 time> <words>". `boot` is written first
-on every boot, so a key older than it belongs to an earlier boot and is ignored. `state` is
-`booting | waiting <why> | ready | failed <reason>`; `guard` carries the billing guard's
-`deadline=<UTC time>`.
+Namespace facts.GUEST_ATTRIBUTE_NAMESPACE; the keys the script writes are
+render/node_metadata.GUEST_ATTRIBUTE_KEYS. Every value is "<UTC ISO-8601 time> <words>". `boot`
+is written first on every boot, so a key older than it belongs to an earlier boot and is ignored.
+`state` is `booting | waiting <why> | ready | failed <reason>`; `guard` carries the billing
+guard's `deadline=<UTC time>`.
 """
 
 from __future__ import annotations
@@ -13,23 +14,32 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-NAMESPACE = "tpuserve"
-# The boot script's phases in the order it passes them (its header lists them).
-PHASES: tuple[tuple[str, str], ...] = (
-    ("boot", "boot started"),
-    ("guard", "billing guard"),
-    ("secret", "secrets fetched"),
-    ("image", "image pulled"),
-    ("cache", "compile cache restored"),
-    ("container", "container started"),
-    ("memory", "memory statistics"),
-    ("kv_cache", "KV cache initialised"),
-    ("startup_complete", "startup complete"),
-    ("health", "/health OK"),
-    ("bypass_check", "proxy refuses bypasses"),
-    ("cache_publish", "compile cache published"),
+from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
+from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS
+
+NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
+# How the CLI names each phase. Not phases: `state` (read apart) and `tls` (the certificate).
+# `guard` is the billing guard's, written off the node; it is shown right after the boot began.
+_LABELS = {
+    "boot": "boot started",
+    "guard": "billing guard",
+    "secret": "secrets fetched",
+    "image": "image pulled",
+    "cache": "compile cache restored",
+    "container": "container started",
+    "memory": "memory statistics",
+    "kv_cache": "KV cache initialised",
+    "startup_complete": "startup complete",
+    "health": "/health OK",
+    "bypass_check": "proxy refuses bypasses",
+    "cache_publish": "compile cache published",
+}
+# The phases in the order a boot passes them: the script's keys, the guard's after `boot`.
+PHASES: tuple[tuple[str, str], ...] = tuple(
+    (key, _LABELS[key])
+    for key in (GUEST_ATTRIBUTE_KEYS[0], "guard", *GUEST_ATTRIBUTE_KEYS[1:])
+    if key in _LABELS
 )
-_LABELS = dict(PHASES)
 _DEADLINE_RE = re.compile(r"deadline=(\S+)")
 
 

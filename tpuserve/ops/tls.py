@@ -1,5 +1,5 @@
 """Pinning the proxy's certificate: every command that talks to a node trusts exactly the
-certificate that node made for itself at boot (templates/startup.sh.j2 `tls_cert`).
+certificate that node made for itself at boot (templates/boot/proxy.sh.j2 `tls_cert`).
 
 The boot publishes it in guest attribute `tpuserve/tls` as
 `<time> sha256=<hex SHA-256 of the DER> cert=<base64 DER>` (or `<time> off`). The TPU API is

@@ -1,18 +1,23 @@
-"""Renders the boot script (templates/startup.sh.j2) from a Deployment. Pure: config in, text out.
+"""Renders the boot script from a Deployment. Pure: config in, text out.
 
-The script's own header documents what it reads (endpoint overrides, TPUSERVE_ROOT), the
-paths it writes and the guest attributes it records (namespace `GUEST_ATTRIBUTE_NAMESPACE`).
+One script on the node, authored in parts: templates/boot/startup.sh.j2 (the header and the
+settings block, the only place a config value lands) includes lib, secrets, proxy, cache,
+containers, readiness and main (templates/boot/*.sh.j2, plain bash), and carries the static
+Python helper templates/boot/boot_helper.py. The script's own header documents what it reads
+(endpoint overrides, TPUSERVE_ROOT), the paths it writes and the guest attributes it records
+(namespace `GUEST_ATTRIBUTE_NAMESPACE`, keys `GUEST_ATTRIBUTE_KEYS`).
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any
 
 import jinja2
 
+from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
 from tpuserve.paths import TEMPLATE_DIR
+from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS as GUEST_ATTRIBUTE_KEYS
 from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
 from tpuserve.render.vllm_args import (
     CONTAINER_CACHE_DIR,
@@ -28,16 +33,13 @@ from tpuserve.settings import Deployment
 # vLLM's own port when the API-key proxy owns the public one (loopback only).
 VLLM_BACKEND_PORT = 8001
 PROXY_CONTAINER_NAME = "tpuserve-proxy"
-# Where the boot script records its phases; the ops CLI reads them back through the TPU API
-# (nodes.getGuestAttributes, queryPath "tpuserve/"). Keys and value format: the script header.
-GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
-GUEST_ATTRIBUTE_KEYS = (
-    "boot", "state", "secret", "image", "cache", "container", "memory", "kv_cache",
-    "startup_complete", "health", "tls", "bypass_check", "cache_publish",
-)
-# Compile-cache objects in the stack's bucket: PREFIX + cache_id() + ".tar.gz".
+# The entry template, and the helper it carries (static text, no config value).
+BOOT_TEMPLATE = "boot/startup.sh.j2"
+BOOT_HELPER = TEMPLATE_DIR / "boot" / "boot_helper.py"
+# Compile-cache objects in the stack's bucket: PREFIX + <cache key>-<12 hex of the image
+# digest> + ".tar.gz". The cache key is computed here, once (vllm_args.compile_cache_key); the
+# image's part is only known at boot, and only the script adds it (cache_select).
 CACHE_OBJECT_PREFIX = "xla-cache/"
-_IMAGE_HASH_LEN = 12
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
@@ -62,22 +64,6 @@ def vllm_command(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> lis
     if d.access.api_key_proxy:
         return serve_argv(d.vllm) + listen_argv("127.0.0.1", backend_port)
     return serve_argv(d.vllm) + listen_argv("0.0.0.0", d.vllm.port)
-
-
-def cache_id(cache_key: str, image_digest: str) -> str:
-    """The boot script's compile-cache key: the config's key (vllm_args.compile_cache_key)
-    completed by the image as pulled, `<key>-<first 12 hex>` of its manifest digest
-    (`repo@sha256:HEX` or `sha256:HEX`), or of its image id when it has none. A tag that moves
-    is a new cache. The script derives it itself (image_identity); this mirrors it."""
-    hex_digest = image_digest.rpartition("@")[2].rpartition(":")[2]
-    if not re.fullmatch(rf"[0-9a-f]{{{_IMAGE_HASH_LEN},}}", hex_digest):
-        raise ValueError(f"image digest {image_digest!r}: expected [repo@]sha256:<hex>")
-    return f"{cache_key}-{hex_digest[:_IMAGE_HASH_LEN]}"
-
-
-def cache_object(cache_key: str, image_digest: str) -> str:
-    """The bucket object holding the compile cache of `cache_id(cache_key, image_digest)`."""
-    return f"{CACHE_OBJECT_PREFIX}{cache_id(cache_key, image_digest)}.tar.gz"
 
 
 def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> dict[str, Any]:
@@ -110,6 +96,8 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
         "cache_bucket": d.cache_bucket if d.cache.enabled else "",
         "cache_key": compile_cache_key(d, argv),
         "cache_prefix": CACHE_OBJECT_PREFIX,
+        "ga_namespace": GUEST_ATTRIBUTE_NAMESPACE,
+        "boot_helper": BOOT_HELPER.read_text(),
     }
     ctx["nginx_conf"] = render_nginx_conf(
         public_port=d.vllm.port, backend_port=backend_port, tls=ctx["tls"] == "self-signed",
@@ -119,5 +107,5 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
 
 def render_startup(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> str:
     ctx = startup_context(d, backend_port=backend_port)
-    return _env.get_template("startup.sh.j2").render(**ctx)
+    return _env.get_template(BOOT_TEMPLATE).render(**ctx)
 

@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+# The guest attributes the boot script writes (namespace facts.GUEST_ATTRIBUTE_NAMESPACE), in
+# the order a boot first writes them; their values: the script's header. The one list: the
+# renderer and its tests, and the CLI's reader (ops/boot_phases.py), take it from here.
+GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
+    "boot", "state", "secret", "tls", "image", "cache", "container", "memory", "kv_cache",
+    "startup_complete", "health", "bypass_check", "cache_publish",
+)
+
 
 def node_metadata(
     startup_script: str, *, escape: Callable[[str], str] = lambda s: s
