@@ -140,6 +140,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return SharedFixtureScheduling(config, log)
 
 
+# Modules whose units take seconds each (real Terraform, real bash boots against the fakes, a
+# review's sandboxed syntheses) are sent first: the scheduler hands out units in collection
+# order, and a 13 s unit handed out last leaves the other worker idle at the end.
+SLOW_FIRST = ("tests/stacks/test_flex_terraform.py", "tests/render/boot/", "tests/review/",
+              "tests/stacks/test_guard_terraform.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: each module keeps its own order
+
+
 # The ordinary provider import costs ~10 s of one core: the synthesis through that path starts
 # in a child process as soon as collection ends, and runs on the other core while the suite
 # goes on; test_cdk_import waits for it. Under xdist the first worker starts it into a
