@@ -9,8 +9,7 @@ versions are added out of band (README), so none lands in state or plans.
 
 from __future__ import annotations
 
-from tpuserve.facts import IAP_RANGE
-from tpuserve.gcp.endpoints import CLOUD_PLATFORM_SCOPE
+from tpuserve.facts import CLOUD_PLATFORM_SCOPE, IAP_RANGE
 from tpuserve.settings import Deployment
 
 from .cdk import (

@@ -39,6 +39,10 @@ PRICES_USD_PER_CHIP_HOUR: Mapping[str, float] = {
     "commit-3y": 0.5400,
 }
 
+# The one OAuth scope the node's service account and the CLI's credentials ask for; IAM roles,
+# not scopes, limit what either may do.
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
 # Where the boot script records its phases in guest attributes; the CLI reads them back through
 # the TPU API (nodes.getGuestAttributes, queryPath "tpuserve/").
 GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"

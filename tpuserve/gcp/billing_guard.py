@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
+from tpuserve.facts import CLOUD_PLATFORM_SCOPE
 from tpuserve.gcp.api import GoogleApi
-from tpuserve.gcp.endpoints import CLOUD_PLATFORM_SCOPE, TPU_API
+from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
 
 CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"

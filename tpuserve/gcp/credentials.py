@@ -13,7 +13,8 @@ from typing import Any
 
 import requests
 
-from tpuserve.gcp.endpoints import CLOUD_PLATFORM_SCOPE, TOKEN_ENV
+from tpuserve.facts import CLOUD_PLATFORM_SCOPE
+from tpuserve.gcp.endpoints import TOKEN_ENV
 from tpuserve.gcp.errors import ApiError, CredentialsError
 
 # Off Google Cloud, a metadata-server probe gets this long (google-auth's own probe takes

@@ -1,7 +1,7 @@
 """Where Google's APIs are, and which scope and token variable reach them: gcloud's own
 environment variables, so one override points both gcloud and this code at a fake (issue 3,
-"Conventions"). Constants only, and no imports beyond the standard library: the stacks and the
-request-body renderer read them without loading an HTTP stack.
+"Conventions"). Constants only, and no imports beyond the standard library: nothing here loads
+an HTTP stack.
 
 - `CLOUDSDK_API_ENDPOINT_OVERRIDES_<SERVICE>` replaces a service's API root
   (`api_root("tpu", TPU_API)`, `api_root("secretmanager", ...)`, `api_root("storage", ...)`).
@@ -14,7 +14,6 @@ import os
 import re
 from collections.abc import Mapping
 
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TPU_API = "https://tpu.googleapis.com/"
 SECRETMANAGER_API = "https://secretmanager.googleapis.com/"
 STORAGE_API = "https://storage.googleapis.com/"

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tpuserve.gcp.endpoints import CLOUD_PLATFORM_SCOPE
+from tpuserve.facts import CLOUD_PLATFORM_SCOPE
 from tpuserve.render.node_metadata import node_metadata
 
 if TYPE_CHECKING:  # the provisioner path must not pay for pydantic
