@@ -24,10 +24,8 @@ import json
 from typing import Any
 
 from tpuserve.gcp.provisioner import ENV_BODY, ENV_GENERATION, ENV_NAME
-from tpuserve.gcp.tpu.queued_resources import ref_for
 from tpuserve.render.queued_resource_body import build_body
 from tpuserve.settings import Deployment
-from tpuserve.settings.base import parse_duration
 
 from .base import ServingStack
 from .cdk import (
@@ -59,7 +57,6 @@ class FlexStack(ServingStack):
     def __init__(self, scope: Construct, deployment: Deployment) -> None:
         super().__init__(scope, deployment)
         d = deployment
-        ref = ref_for(d)
         root = repo_root()
         body = build_body(d, self.startup_script)
         size = len(json.dumps(body))
@@ -83,14 +80,14 @@ class FlexStack(ServingStack):
         # `external` runs a program without a shell; sh expands the interpreter variable.
         probe.add_override("program", ["sh", "-c", f"exec {CLIENT} probe"])
         probe.add_override("working_dir", root)
-        probe.add_override("query", {"name": ref.name})
+        probe.add_override("query", {"name": d.queued_resource_name})
 
         self.queued_resource = DataResource(
             self, "queued_resource",
             # Everything the destroy provisioner needs, since it may only read `self`.
-            input={"name": ref.name, "body": body},
+            input={"name": d.queued_resource_name, "body": body},
             triggers_replace={
-                "spec_sha256": spec_sha256(ref.name, body),
+                "spec_sha256": spec_sha256(d.queued_resource_name, body),
                 "generation": tf_ref("data.external.qr_probe.result.generation"),
             },
             provisioners=[
@@ -116,8 +113,8 @@ class FlexStack(ServingStack):
         self.queued_resource.override_logical_id("queued_resource")
 
         self.common_outputs(None)
-        hours = parse_duration(d.stack.max_run_duration) / 3600
-        self.output("queued_resource_id", ref.queued_resource_id,
+        hours = d.stack.max_run_seconds / 3600
+        self.output("queued_resource_id", d.node_name,
                     "The flex-start queued resource (TPU API v2alpha1)")
         self.output("max_run_duration", d.stack.max_run_duration,
                     "The node deletes itself after this long (SPEC 2)")

@@ -35,8 +35,6 @@ def duration_json(seconds: int) -> str:
 
 def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
     """The v2alpha1 QueuedResource create body for a flex deployment (issue 3's shape)."""
-    from tpuserve.settings.base import parse_duration
-
     if d.stack.provisioning_model != "flex":
         raise ValueError(
             f"stack.provisioning_model = {d.stack.provisioning_model!r}: a queued-resource body "
@@ -45,11 +43,11 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "provisioningModel": "FLEX_START",
         # SPEC 2: flex-start is the only model that accepts a max run duration.
-        "runDuration": {"maxRunDuration": duration_json(parse_duration(d.stack.max_run_duration))},
+        "runDuration": {"maxRunDuration": duration_json(d.stack.max_run_seconds)},
         "tpu": {
             "nodeSpec": [
                 {
-                    "parent": f"projects/{d.gcp.project}/locations/{d.gcp.zone}",
+                    "parent": d.tpu_parent,
                     "nodeId": d.node_name,
                     "node": {
                         "acceleratorType": d.tpu.accelerator_type,
@@ -69,10 +67,8 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
             ]
         },
     }
-    if d.stack.valid_until_duration:
-        body["queueingPolicy"] = {
-            "validUntilDuration": duration_json(parse_duration(d.stack.valid_until_duration))
-        }
+    if d.stack.valid_until_seconds:
+        body["queueingPolicy"] = {"validUntilDuration": duration_json(d.stack.valid_until_seconds)}
     return body
 
 

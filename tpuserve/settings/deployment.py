@@ -78,6 +78,16 @@ class Deployment(StrictModel):
         return f"tpuserve-{self.name}"
 
     @property
+    def tpu_parent(self) -> str:
+        """Where the TPU API keeps the node (and the flex stack's queued resource)."""
+        return f"projects/{self.gcp.project}/locations/{self.gcp.zone}"
+
+    @property
+    def queued_resource_name(self) -> str:
+        """The flex queued resource is named like its node (`gcloud ... describe tpuserve-flex`)."""
+        return f"{self.tpu_parent}/queuedResources/{self.node_name}"
+
+    @property
     def network_tag(self) -> str:
         return f"tpuserve-{self.name}"
 

@@ -304,4 +304,14 @@ class StackSettings(StrictModel):
             )
         return v
 
+    @property
+    def max_run_seconds(self) -> int:
+        """max_run_duration in seconds (flex), parsed once here for every renderer."""
+        return parse_duration(self.max_run_duration)
+
+    @property
+    def valid_until_seconds(self) -> int | None:
+        return (None if self.valid_until_duration is None
+                else parse_duration(self.valid_until_duration))
+
 

@@ -100,13 +100,9 @@ class QueuedResourceRef:
         return cls(m["project"], m["zone"], m["id"])
 
 
-def queued_resource_id(d: Deployment) -> str:
-    """The QR is named like its node: `gcloud ... queued-resources describe tpuserve-flex`."""
-    return d.node_name
-
-
 def ref_for(d: Deployment) -> QueuedResourceRef:
-    return QueuedResourceRef(d.gcp.project, d.gcp.zone, queued_resource_id(d))
+    """The deployment's queued resource (Deployment.queued_resource_name)."""
+    return QueuedResourceRef.parse(d.queued_resource_name)
 
 
 @dataclass(frozen=True)
