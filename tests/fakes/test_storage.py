@@ -1,15 +1,22 @@
-"""The fake Cloud Storage the cache part talks to: customTime and resumable uploads, as
+"""The fake Cloud Storage the boot's cache part talks to: customTime and resumable uploads, as
 documented."""
 
 from __future__ import annotations
 
 import http.client
 import json
+from collections.abc import Iterator
+
+import pytest
 
 from tests.fakes.storage import FakeStorage
-from tests.render.boot.support import (
-    Cloud,
-)
+
+
+@pytest.fixture
+def storage() -> Iterator[FakeStorage]:
+    fake = FakeStorage(bucket="tpuserve-test-cache", access_token="ya29.fake-token").start()
+    yield fake
+    fake.stop()
 
 
 def _storage_patch(storage: FakeStorage, name: str, body: object,
@@ -24,8 +31,8 @@ def _storage_patch(storage: FakeStorage, name: str, body: object,
     return resp.status, answer
 
 
-def test_the_fake_storage_patches_custom_time_as_documented(cloud: Cloud) -> None:
-    storage, name = cloud.storage, "xla-cache/k-0123456789ab.tar.gz"
+def test_the_fake_storage_patches_custom_time_as_documented(storage: FakeStorage) -> None:
+    name = "xla-cache/k-0123456789ab.tar.gz"
     assert _storage_patch(storage, name, {"customTime": "2030-01-01T00:00:00Z"})[0] == 404
     storage.put(name, b"x")
     status, resource = _storage_patch(storage, name, {"customTime": "2030-01-01T00:00:00.5Z"})
@@ -59,8 +66,8 @@ def _storage_call(storage: FakeStorage, method: str, path: str, body: bytes = b"
     return answer
 
 
-def test_the_fake_storage_speaks_the_resumable_upload_protocol(cloud: Cloud) -> None:
-    storage, name = cloud.storage, "xla-cache/k-0123456789ab.tar.gz"
+def test_the_fake_storage_speaks_the_resumable_upload_protocol(storage: FakeStorage) -> None:
+    name = "xla-cache/k-0123456789ab.tar.gz"
     base = f"/upload/storage/v1/b/{storage.bucket}/o"
     opened = f"{base}?uploadType=resumable&name={name.replace('/', '%2F')}&ifGenerationMatch=0"
     status, headers, _ = _storage_call(storage, "POST", opened, b"{}",
