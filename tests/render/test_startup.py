@@ -18,9 +18,11 @@ from tpuserve import facts
 from tpuserve.ops import boot_phases
 from tpuserve.render.boot_script import (
     BOOT_HELPER,
+    CACHE_GET_MAX_S,
     CACHE_OBJECT_PREFIX,
     GUEST_ATTRIBUTE_KEYS,
     GUEST_ATTRIBUTE_NAMESPACE,
+    READY_TIMEOUT_S,
     _env,
     render_startup,
     startup_context,
@@ -140,6 +142,14 @@ def test_settings_evaluate_to_the_config_values(
                                         '"$API_KEY_SECRET" "$CACHE_BUCKET" "$CACHE_PREFIX"')
         assert got == [d.gcp.project, d.gcp.zone, d.node_name, d.vllm.image, ctx["cache_key"],
                        ctx["api_key_secret"], ctx["cache_bucket"], CACHE_OBJECT_PREFIX]
+
+
+def test_the_boot_budgets_follow_the_measured_boots(rendered: dict[str, Path]) -> None:
+    # A cache restore may never cost what a warm boot saves; vLLM gets well over a cold boot.
+    assert CACHE_GET_MAX_S < facts.COLD_START_S - facts.WARM_START_S
+    assert READY_TIMEOUT_S > 2 * facts.COLD_START_S
+    got = _settings(rendered["spot"], '"$CACHE_GET_MAX_S" "$READY_TIMEOUT"')
+    assert got == [str(CACHE_GET_MAX_S), str(READY_TIMEOUT_S)]
 
 
 def test_hostile_config_values_stay_words(rendered: dict[str, Path], tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ PHASE_QR = "queued resource"
 PHASE_NODE = "node"
 PHASE_BOOT = "boot"
 PHASE_HEALTH = "health"
-# SPEC 4: a cold boot took 857 s; flex capacity may queue for a while before that.
+# SPEC 4: a cold boot takes facts.COLD_START_S (~14 min); flex capacity may queue before that.
 DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_POLL_S = 10.0
 # A missing node right after its QR went ACTIVE is normal for a moment; for this long.

@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
+from tpuserve.facts import COLD_START_S, GUEST_ATTRIBUTE_NAMESPACE, WARM_START_S
 from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS as GUEST_ATTRIBUTE_KEYS
 from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
@@ -40,6 +40,12 @@ BOOT_HELPER = TEMPLATE_DIR / "boot" / "boot_helper.py"
 # digest> + ".tar.gz". The cache key is computed here, once (vllm_args.compile_cache_key); the
 # image's part is only known at boot, and only the script adds it (cache_select).
 CACHE_OBJECT_PREFIX = "xla-cache/"
+# SPEC 4: a cold boot took COLD_START_S (most of it XLA compilation); vLLM is called failed
+# after ~2.8x that (2400 s), room for a slow pull or a busy zone.
+READY_TIMEOUT_S = int(round(2.8 * COLD_START_S, -2))
+# A cache download is abandoned after this long: a restore may never cost more than the warm
+# cache saves (COLD_START_S - WARM_START_S), with room for the tries' pauses.
+CACHE_GET_MAX_S = int(COLD_START_S - WARM_START_S) * 2 // 3
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
@@ -96,6 +102,8 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
         "cache_bucket": d.cache_bucket if d.cache.enabled else "",
         "cache_key": compile_cache_key(d, argv),
         "cache_prefix": CACHE_OBJECT_PREFIX,
+        "cache_get_max_s": CACHE_GET_MAX_S,
+        "ready_timeout_s": READY_TIMEOUT_S,
         "ga_namespace": GUEST_ATTRIBUTE_NAMESPACE,
         "boot_helper": BOOT_HELPER.read_text(),
     }
