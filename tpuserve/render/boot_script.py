@@ -13,12 +13,11 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-import jinja2
-
 from tpuserve.facts import COLD_START_S, GUEST_ATTRIBUTE_NAMESPACE, WARM_START_S
 from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS as GUEST_ATTRIBUTE_KEYS
 from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
+from tpuserve.render.templates import environment
 from tpuserve.render.vllm_args import (
     CONTAINER_CACHE_DIR,
     CONTAINER_HF_TOKEN_PATH,
@@ -47,22 +46,12 @@ READY_TIMEOUT_S = int(round(2.8 * COLD_START_S, -2))
 # cache saves (COLD_START_S - WARM_START_S), with room for the tries' pauses.
 CACHE_GET_MAX_S = int(COLD_START_S - WARM_START_S) * 2 // 3
 
-_env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    autoescape=False,  # renders bash, not HTML; values are shell-quoted by `q`
-)
-
-
 def sh_quote(value: object) -> str:
     """Always single-quoted (shellcheck reads a bare us-west4-a as arithmetic)."""
     return "'" + str(value).replace("'", "'\"'\"'") + "'"
 
 
-_env.filters["q"] = sh_quote
+_env = environment(q=sh_quote)  # values reach bash only through `q`
 
 
 def vllm_command(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> list[str]:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jinja2
-
-from tpuserve.paths import TEMPLATE_DIR
+from tpuserve.render.templates import environment
 
 # The one request that needs no key: the method and the raw request target (nginx's
 # $request_uri, before it decodes %XX, merges slashes or resolves dot segments), compared
@@ -46,14 +44,8 @@ NODE_LAYOUT = ProxyLayout(
     access_log="/dev/stdout",
 )
 
-_env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    autoescape=False,  # renders nginx, not HTML; every value is an int or a fixed path
-)
+# Every value rendered is an int or a fixed path: nothing to quote.
+_env = environment()
 
 
 def render_nginx_conf(
