@@ -8,7 +8,9 @@ server's port as vllm.port makes the node's endpoint the fake server.
 
 from __future__ import annotations
 
+import struct
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from typer.testing import CliRunner, Result
 import tests.fakes.tpu_api as tpu_fake
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
 from tpuserve.cli import app
+from tpuserve.ops import png
 from tpuserve.settings import Deployment, load
 
 PROJECT = "tpuserve-test"
@@ -125,3 +128,22 @@ def assert_one_line_error(result: Result, *fragments: str) -> None:
     assert len(lines) == 1, result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def is_png(data: bytes) -> bool:
+    """A PNG as a decoder reads it: the signature, IHDR first, IEND last, every chunk's CRC."""
+    if not data.startswith(png.SIGNATURE):
+        return False
+    pos, kinds = len(png.SIGNATURE), []
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        crc_bytes = data[pos + 8 + length : pos + 12 + length]
+        if len(body) != length or len(crc_bytes) != 4:
+            return False
+        if struct.unpack(">I", crc_bytes)[0] != zlib.crc32(kind + body) & 0xFFFFFFFF:
+            return False
+        kinds.append(kind)
+        pos += 12 + length
+    return pos == len(data) and bool(kinds) and kinds[0] == b"IHDR" and kinds[-1] == b"IEND"

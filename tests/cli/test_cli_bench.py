@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.cli_support import API_KEY, assert_one_line_error, invoke
+from tests.cli_support import API_KEY, assert_one_line_error, invoke, is_png
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
-from tpuserve.ops import bench_report, loadgen, png, prompts
+from tpuserve.ops import bench_report, loadgen, prompts
 from tpuserve.ops.bench_stats import CellStats, cv, percentile, rep_stats
 from tpuserve.ops.loadgen import RequestRecord, SseParser
 from tpuserve.planner.arithmetic import load_throughput, usd_per_million_tokens
@@ -340,7 +340,7 @@ def test_bench_end_to_end(tmp_path: Path) -> None:
     table = load_throughput(doc["json_path"])
     assert table.contexts == (64, 256) and table.client_counts == (1, 4)
     chart = Path(doc["chart_path"]).read_bytes()
-    assert png.is_png(chart)
+    assert is_png(chart)
     assert int.from_bytes(chart[16:20], "big") > 500  # IHDR width: a real figure
     # Each request had its own prompt (prefix caching must not flatter TTFT); warm-ups too.
     chats = [r.body for r in server.requests if r.path == "/v1/chat/completions"]

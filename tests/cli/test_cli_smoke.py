@@ -12,9 +12,9 @@ from tests.cli_support import (
     Env,
     assert_one_line_error,
     invoke,
+    is_png,
 )
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
-from tpuserve.ops import png
 
 
 def _results(stdout: str) -> dict[str, str]:
@@ -39,7 +39,7 @@ def test_every_check_passes_against_a_good_server(cli_env: Env) -> None:
     assert len(chats) == 4  # chat, tool call, image, long prompt
     image = next(b for b in chats if isinstance(b["messages"][0]["content"], list))
     url = image["messages"][0]["content"][1]["image_url"]["url"]
-    assert png.is_png(base64.b64decode(url.split(",", 1)[1]))
+    assert is_png(base64.b64decode(url.split(",", 1)[1]))
     long = max(chats, key=lambda b: len(json.dumps(b)))
     assert long["max_tokens"] == 8
 

@@ -31,21 +31,3 @@ def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
 def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
-
-def is_png(data: bytes) -> bool:
-    """Signature, a well-formed IHDR first and IEND last, every chunk's CRC right."""
-    if not data.startswith(SIGNATURE):
-        return False
-    pos, kinds = len(SIGNATURE), []
-    while pos + 12 <= len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        body = data[pos + 8 : pos + 8 + length]
-        crc_bytes = data[pos + 8 + length : pos + 12 + length]
-        if len(body) != length or len(crc_bytes) != 4:
-            return False
-        if struct.unpack(">I", crc_bytes)[0] != zlib.crc32(kind + body) & 0xFFFFFFFF:
-            return False
-        kinds.append(kind)
-        pos += 12 + length
-    return pos == len(data) and bool(kinds) and kinds[0] == b"IHDR" and kinds[-1] == b"IEND"
