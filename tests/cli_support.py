@@ -73,7 +73,7 @@ class Env:
 
 
 def write_config(path: Path, port: int, extra: str = "", *, tls: bool = False) -> Path:
-    """The fake server speaks plain HTTP unless a test gives it TLS (tests/test_cli_tls.py):
+    """The fake server speaks plain HTTP unless a test gives it TLS (tests/cli/test_cli_tls.py):
     access.tls = "off" unless TLS or EXTRA's own [access] table says otherwise."""
     access = "" if tls or "[access]" in extra else '\n[access]\ntls = "off"\n'
     path.write_text(

@@ -284,7 +284,7 @@ def test_terraform_evaluates_every_value_to_the_literal(landed, tmp_path: Path) 
         values[f"v{len(seen)}"] = value
         if setting in BASH_VARS and len(value) < 1000:
             # The settings block: the only part of the script a config value reaches (the rest
-            # is the same text for every value; tests/test_terraform_strings.py applies it
+            # is the same text for every value; tests/stacks/test_terraform_strings.py applies it
             # whole). Terraform takes ~1.7 s per 38 KB script, so 50 whole scripts would not do.
             values[f"s{len(seen)}"] = _settings_block(render_startup(d))
     outputs = {k: {"value": escape_literals(v)} for k, v in values.items()}

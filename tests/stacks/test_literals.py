@@ -1,7 +1,7 @@
 """The Terraform escape pass itself (stacks/literals.py): literal text escaped, tokens kept.
 
-tests/test_terraform_strings.py proves the result with real Terraform on the synthesized
-stacks; tests/test_hostile_values.py with hostile values.
+tests/stacks/test_terraform_strings.py proves the result with real Terraform on the synthesized
+stacks; tests/settings/test_hostile_values.py with hostile values.
 """
 
 from __future__ import annotations

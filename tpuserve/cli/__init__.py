@@ -2,7 +2,7 @@
 only when that command runs.
 
 Adding a command is one line: put a module here with `register(app: typer.Typer)` and add it
-to COMMANDS with the opening words of its docstring (tests/test_cli_lazy.py checks they match).
+to COMMANDS with the opening words of its docstring (tests/cli/test_cli_lazy.py checks they match).
 
 Start-up time is part of the interface (issue 16: `tpuserve --help` within 1.5x of a minimal
 typer app): `--help` lists COMMANDS without importing them, and a command imports only what

@@ -341,7 +341,7 @@ def _weather_arguments(msg: dict[str, Any]) -> dict[str, Any]:
 # Requests only exactly GET/HEAD /health may make without the key, sent as written (no client
 # normalisation): dot segments plain and encoded, double slashes, case, query, trailing
 # segment, another method. vLLM routes on the raw path and its /metrics mount takes any path
-# under it; tests/test_proxy_nginx.py holds the full table run against the real nginx.
+# under it; tests/render/test_proxy_nginx.py holds the full table run against the real nginx.
 BYPASS_PROBES: tuple[tuple[str, str], ...] = (
     ("GET", "/metrics/../health"), ("GET", "/metrics/%2e%2e/health"),
     ("GET", "/metrics%2F..%2Fhealth"), ("GET", "/health/../metrics"),
