@@ -130,7 +130,7 @@ class ModelGeometry:
     def from_hf_config(cls, config: Any) -> ModelGeometry:
         """Read a Hugging Face config.json, at top level or nested under text_config.
 
-        Strictly validated (hf_geometry): GeometryError names the field, value and rule.
+        Strictly validated (planner.geometry): GeometryError names the field, value and rule.
         """
         text, outer_tie = parse_text_config(config)
         n = text.num_hidden_layers

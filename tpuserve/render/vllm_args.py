@@ -24,7 +24,7 @@ def serve_argv(v: VllmSettings) -> list[str]:
     """`vllm serve MODEL --flag ...` in SPEC 4's order; unset options are left to vLLM."""
     for name in ("model", "kv_cache_dtype", "tool_call_parser", "reasoning_parser"):
         value = getattr(v, name)
-        # config.py's patterns refuse these already; a model built around them must not
+        # the settings' patterns refuse these already; a model built around them must not
         # turn a value into an option of vLLM either.
         if isinstance(value, str) and value.startswith("-"):
             raise ValueError(f"vllm.{name} = {value[:80]!r}: must not begin with '-' "
