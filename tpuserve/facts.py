@@ -1,7 +1,8 @@
-"""Measured facts, each stated once (section numbers are ../shared/SPEC.md's).
+"""Measured facts, and the fixed names of Google's services we build on, each stated once
+(section numbers are ../shared/SPEC.md's).
 
 Everything else imports these: the settings' defaults and rules, the planner, the boot script's
-render context, the review's notes and the CLI. Pure data, no imports of the project.
+render context, the stacks, the review's notes and the CLI. Pure data, no imports of the project.
 """
 
 from __future__ import annotations
