@@ -18,7 +18,6 @@ snapshots with `diff -r OLD NEW`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
@@ -83,18 +82,13 @@ def _startup_scripts(doc: dict[str, Any]) -> list[str]:
     def walk(value: Any) -> None:
         if isinstance(value, dict):
             for k, v in value.items():
-                if k in ("startup-script", "startup_script") and isinstance(v, str):
+                if k == "startup-script" and isinstance(v, str):
                     found.append(v)
-                elif isinstance(v, str) and k in ("environment", "TPUSERVE_QR_BODY"):
-                    walk(v)
                 else:
                     walk(v)
         elif isinstance(value, list):
             for v in value:
                 walk(v)
-        elif isinstance(value, str) and value.startswith("{") and "startup-script" in value:
-            with contextlib.suppress(ValueError):
-                walk(json.loads(value))
 
     walk(doc)
     return found
