@@ -26,6 +26,7 @@ from tpuserve.render.vllm_args import (
     container_env,
     listen_argv,
     serve_argv,
+    served_config_sha256,
 )
 from tpuserve.settings import Deployment
 
@@ -90,6 +91,7 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
         "proxy_container": PROXY_CONTAINER_NAME,
         "cache_bucket": d.cache_bucket if d.cache.enabled else "",
         "cache_key": compile_cache_key(d, argv),
+        "config_sha256": served_config_sha256(d, argv),
         "cache_prefix": CACHE_OBJECT_PREFIX,
         "cache_get_max_s": CACHE_GET_MAX_S,
         "ready_timeout_s": READY_TIMEOUT_S,

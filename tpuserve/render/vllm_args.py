@@ -98,3 +98,14 @@ def compile_cache_key(d: Deployment, argv: list[str]) -> str:
     }
     blob = json.dumps(material, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def served_config_sha256(d: Deployment, argv: list[str]) -> str:
+    """What the running server serves with, hashed: image reference, the full `vllm serve`
+    argv and the container's environment. The boot script publishes it (guest attribute
+    `config`) and `tpuserve status` sets it beside the deployed config's, so a config change
+    that has not reached the server shows."""
+    material = {"image": d.vllm.image, "argv": argv, "env": container_env(d.vllm),
+                "shm_size": d.vllm.shm_size}
+    blob = json.dumps(material, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
