@@ -1,67 +1,86 @@
-"""What every stack shares: the provider, the foundation and the common outputs."""
+"""The base stack: the long-lived half of a deployment, deployed once per project and region.
+
+It holds what must outlive a node: the network (stacks/network.py), the node service account
+with its grants, the two secrets and the two buckets (stacks/foundation.py), and the billing
+guard's account, role and queue (stacks/guard.py). Serving stacks find all of it by name
+(tpuserve/settings/base_stack.py) and check it exists at plan time (stacks/preflight.py).
+
+Tearing it down is on purpose only:
+- its buckets and secrets carry `lifecycle.prevent_destroy`, so `cdktf destroy base` (or any
+  plan that would replace one) stops with Terraform's error naming the resource. Synthesized
+  with TPUSERVE_TEARDOWN=<deployment>, the guard is off and destroy may go ahead;
+- even then, `terraform_data.teardown_guard`, which depends on every other resource of the
+  base and so is destroyed first, runs `python -m tpuserve.base_check teardown`: while a node
+  or queued resource of this deployment exists in the region it fails, naming each and the
+  `cdktf destroy STACK` that removes it, and nothing else of the base is destroyed
+  (TPUSERVE_BASE_FORCE=1 at destroy lists them and goes ahead).
+"""
 
 from __future__ import annotations
 
-from tpuserve.render.boot_script import render_startup
-from tpuserve.settings import Deployment
+from tpuserve.planner.base_cost import dormant_base
+from tpuserve.settings.base_stack import BASE_STACK, Base
 
-from .cdk import (
-    Aspects,
-    Construct,
-    GcsBackend,
-    GoogleBetaProvider,
-    LocalBackend,
-    TerraformOutput,
-    TerraformStack,
-)
+from .cdk import Construct, DataResource, LocalExecProvisioner, TerraformOutput
 from .foundation import Foundation
-from .literals import TerraformLiterals
+from .guard import BillingGuard
+from .literals import tf_ref
+from .local_exec import python_module, repo_root
 from .network import Network
-from .provider_binding import BindGoogleProvider
+from .stack import TpuserveStack
+
+BASE_CHECK = python_module("tpuserve.base_check")
+# The environment variable that lifts prevent_destroy, set to the deployment's name (a stale
+# value left in a shell cannot unprotect another deployment).
+TEARDOWN_ENV = "TPUSERVE_TEARDOWN"
 
 
-class ServingStack(TerraformStack):
-    """A self-contained stack: `cdktf deploy NAME` and `cdktf destroy NAME` work alone."""
-
-    def __init__(self, scope: Construct, deployment: Deployment) -> None:
-        super().__init__(scope, deployment.name)
-        # The one Terraform escape pass: every string of this stack is literal unless it is a
-        # reference (stacks/literals.py). No construct escapes anything itself.
-        Aspects.of(self).add(TerraformLiterals())
-        d = deployment
-        self.deployment = d
-        if d.state.gcs_bucket:
-            # Shared state: a team and the plan-review workflow see the same resources.
-            GcsBackend(self, bucket=d.state.gcs_bucket, prefix=f"{d.state.gcs_prefix}/{d.name}")
-        else:
-            # Relative to cdktf.out/stacks/NAME, where terraform runs: state sits at the repo
-            # root and synthesized JSON carries no machine path.
-            LocalBackend(self, path=f"../../../terraform.{d.name}.tfstate")
-        provider = GoogleBetaProvider(
-            self, "google_beta", project=d.gcp.project, region=d.gcp.region, zone=d.gcp.zone,
-            default_labels={"managed-by": "tpuserve"},
+class BaseStack(TpuserveStack):
+    def __init__(self, scope: Construct, base: Base, *, teardown: bool = False) -> None:
+        super().__init__(scope, BASE_STACK, base)
+        b = base
+        self.base = b
+        self.network = Network(self, "network", base=b)
+        self.foundation = Foundation(self, "foundation", base=b, protect=not teardown)
+        self.guard = BillingGuard(self, "billing_guard_identity", base=b)
+        guard = DataResource(
+            self, "teardown_guard",
+            # The destroy provisioner may read only `self`.
+            input={"project": b.project, "deployment": b.deployment, "region": b.region},
+            provisioners=[LocalExecProvisioner(
+                type="local-exec", when="destroy", command=f"{BASE_CHECK} teardown",
+                working_dir=repo_root(),
+                environment={
+                    "TPUSERVE_BASE_PROJECT": tf_ref("self.input.project"),
+                    "TPUSERVE_BASE_DEPLOYMENT": tf_ref("self.input.deployment"),
+                    "TPUSERVE_BASE_REGION": tf_ref("self.input.region"),
+                },
+            )],
+            # Destroyed first (it depends on everything): a refusal stops the whole teardown.
+            depends_on=[*self.network.resources, *self.foundation.resources,
+                        *self.guard.resources],
         )
-        Aspects.of(self).add(BindGoogleProvider(provider))
-        self.network = Network(self, "network", deployment=d)
-        self.foundation = Foundation(self, "foundation", deployment=d, network=self.network)
-        self.startup_script = render_startup(d)
+        guard.override_logical_id("teardown_guard")
+        self._outputs(b)
 
-    def output(self, name: str, value: object, description: str) -> None:
-        TerraformOutput(self, name, value=value, description=description)
+    def _outputs(self, b: Base) -> None:
+        def out(name: str, value: object, description: str) -> None:
+            TerraformOutput(self, name, value=value, description=description)
 
-    def common_outputs(self, external_ip: str | None) -> None:
-        """external_ip None: Terraform never sees the node (flex: it comes later, by itself)."""
-        d = self.deployment
-        self.output("node_name", d.node_name, "TPU node name")
-        self.output("zone", d.gcp.zone, "TPU zone")
-        if external_ip is not None:
-            self.output("external_ip", external_ip,
-                        "The node's external IP (changes on recreate)")
-            scheme = "https" if d.access.tls_on else "http"
-            self.output("endpoint", f"{scheme}://{external_ip}:{d.vllm.port}/v1",
-                        "OpenAI-compatible base URL (https: pin the node's certificate, "
-                        "`tpuserve endpoint`)")
-            # SPEC 3: `gcloud compute tpus tpu-vm ssh` fails in some sandboxes; plain ssh works.
-            self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
-        self.output("usd_per_hour", round(d.usd_per_hour, 4),
-                    f"{d.stack.provisioning_model} price, $/hour (SPEC 2)")
+        out("deployment", b.deployment, "The deployment every serving stack's names start with")
+        out("node_service_account", b.node_service_account_email,
+            "Every TPU node of the deployment runs as this account")
+        out("hf_token_secret", b.hf_token_secret_id,
+            "Add the Hugging Face token once: gcloud secrets versions add "
+            f"{b.hf_token_secret_id} --data-file=-")
+        out("api_key_secret", b.api_key_secret_id,
+            f"Add the API key once: gcloud secrets versions add {b.api_key_secret_id} "
+            "--data-file=-")
+        out("cache_bucket", b.cache_bucket,
+            "The XLA compile cache every stack shares (a same-key node boots warm)")
+        out("weights_bucket", b.weights_bucket, "Where the fleet stages the model's weights")
+        dormant = dormant_base()
+        out("dormant_usd_per_month", round(dormant.usd_per_month, 4),
+            "What the base costs with no serving stack: one compile cache and two secret "
+            "versions at list prices (more caches or staged weights add storage; "
+            "`tpuserve plan`)")

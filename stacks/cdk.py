@@ -89,6 +89,7 @@ from cdktf import (  # noqa: F401
     TerraformOutput,
     TerraformProvider,
     TerraformResource,
+    TerraformResourceLifecycle,
     TerraformStack,
     Token,
 )

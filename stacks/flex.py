@@ -9,7 +9,13 @@ resource holds the QR's whole spec and its provisioners call the project's own c
   A destroy provisioner may only reference `self`, so every input it needs lives in the
   resource's own `input`.
 
-Any change of the body replaces the resource (its sha256 is in triggers_replace). A QR that
+A change of the body's node metadata (the boot script: vLLM flags, proxy, cache) does NOT
+replace the QR, which would give up its capacity: `spec_sha256` hashes the body without it, and
+`terraform_data.node_metadata` (replaced when the metadata or the QR changes) runs
+`python -m tpuserve.queued_resource converge`, which patches the running node's metadata
+through the TPU API (its watcher then re-runs the boot script in place), or re-queues a QR
+that is still waiting (only its place in the queue is lost). Any other change of the body
+replaces the QR. A QR that
 went SUSPENDED (run duration over) or FAILED, or was deleted by hand, is detected at plan
 time: `data.external.qr_probe` runs `python -m tpuserve.queued_resource probe`, which answers
 with the generation label the live QR was created with, or a fresh token when it is dead or
@@ -24,33 +30,37 @@ import json
 from typing import Any
 
 from tpuserve.gcp.provisioner import ENV_BODY, ENV_GENERATION, ENV_NAME
-from tpuserve.render.queued_resource_body import build_body
+from tpuserve.render.queued_resource_body import (
+    body_metadata,
+    body_without_metadata,
+    build_body,
+)
 from tpuserve.settings import Deployment
 
-from .base import ServingStack
-from .cdk import (
-    Construct,
-    DataResource,
-    LocalExecProvisioner,
-    TerraformDataSource,
-    TerraformProvider,
-)
+from .cdk import Construct, DataResource, LocalExecProvisioner
 from .literals import tf_ref
 from .local_exec import python_module, repo_root
+from .preflight import external_program
+from .serving import ServingStack
 
-# The one provider besides google-beta: hashicorp/external runs the probe at plan time.
-EXTERNAL_PROVIDER_SOURCE = "hashicorp/external"
-EXTERNAL_PROVIDER_VERSION = "~> 2.3"
 CLIENT = python_module("tpuserve.queued_resource")
 # The body reaches the create step as one environment string; Linux caps one at 128 KiB
 # (MAX_ARG_STRLEN), and Terraform's jsonencode escapes <, > and & to six characters each.
 MAX_BODY_CHARS = 100_000
 
 
+def _sha256(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
 def spec_sha256(name: str, body: dict[str, Any]) -> str:
-    return hashlib.sha256(
-        json.dumps({"name": name, "body": body}, sort_keys=True).encode()
-    ).hexdigest()
+    """What replaces the QR when it changes: the whole body but the node's metadata."""
+    return _sha256({"name": name, "body": body_without_metadata(body)})
+
+
+def metadata_sha256(body: dict[str, Any]) -> str:
+    """What re-converges the running node in place when it changes."""
+    return _sha256(body_metadata(body))
 
 
 class FlexStack(ServingStack):
@@ -67,28 +77,17 @@ class FlexStack(ServingStack):
                 "variable at 128 KiB); shorten the boot script (templates/boot/)"
             )
 
-        external = TerraformProvider(
-            self, "external", terraform_resource_type="external",
-            terraform_provider_source=EXTERNAL_PROVIDER_SOURCE,
-            terraform_generator_metadata={"provider_name": "external",
-                                          "provider_version_constraint":
-                                              EXTERNAL_PROVIDER_VERSION},
-        )
-        probe = TerraformDataSource(self, "qr_probe", terraform_resource_type="external",
-                                    provider=external)
-        probe.override_logical_id("qr_probe")
-        # `external` runs a program without a shell; sh expands the interpreter variable.
-        probe.add_override("program", ["sh", "-c", f"exec {CLIENT} probe"])
-        probe.add_override("working_dir", root)
-        probe.add_override("query", {"name": d.queued_resource_name})
-
+        probe = external_program(self, "qr_probe", f"{CLIENT} probe",
+                                 {"name": d.queued_resource_name})
+        generation = tf_ref("data.external.qr_probe.result.generation")
         self.queued_resource = DataResource(
             self, "queued_resource",
-            # Everything the destroy provisioner needs, since it may only read `self`.
+            # Everything the destroy provisioner needs, since it may only read `self`. An
+            # input change alone (new metadata) is an in-place update: no provisioner runs.
             input={"name": d.queued_resource_name, "body": body},
             triggers_replace={
                 "spec_sha256": spec_sha256(d.queued_resource_name, body),
-                "generation": tf_ref("data.external.qr_probe.result.generation"),
+                "generation": generation,
             },
             provisioners=[
                 LocalExecProvisioner(
@@ -105,12 +104,28 @@ class FlexStack(ServingStack):
                     working_dir=root, environment={ENV_NAME: tf_ref("self.input.name")},
                 ),
             ],
-            # The node must not boot before it may read its secrets and write its cache, nor
-            # before its network exists.
-            depends_on=[self.foundation.service_account, *self.foundation.grants,
-                        *self.network.resources],
+            # Read at plan time: a missing base stops the plan before anything is created.
+            depends_on=[self.preflight, probe],
         )
         self.queued_resource.override_logical_id("queued_resource")
+
+        node_metadata = DataResource(
+            self, "node_metadata",
+            input={"name": d.queued_resource_name, "body": body, "generation": generation},
+            # New metadata, or a new QR (whose node already boots with it: converge finds
+            # nothing to do), re-runs the provisioner; nothing else does.
+            triggers_replace={"metadata_sha256": metadata_sha256(body),
+                              "queued_resource": self.queued_resource.id},
+            provisioners=[LocalExecProvisioner(
+                type="local-exec", command=f"{CLIENT} converge", working_dir=root,
+                environment={
+                    ENV_NAME: tf_ref("self.input.name"),
+                    ENV_BODY: tf_ref("jsonencode(self.input.body)"),
+                    ENV_GENERATION: tf_ref("self.input.generation"),
+                },
+            )],
+        )
+        node_metadata.override_logical_id("node_metadata")
 
         self.common_outputs(None)
         hours = d.stack.max_run_seconds / 3600

@@ -19,13 +19,13 @@ nodes/N` with an OAuth token of a guard service account.
   is a cron schedule that would fire again a year later, against whatever node then has the
   name. Cloud Tasks schedules at most 30 days ahead, hence stack.max_run_hours <= 720.
 
-The queue and the guard identity are named for the deployment (long-lived, like the network),
-so a shared base can take this construct whole.
+The queue and the guard identity are named for the deployment and live in the base stack
+(stacks/base.py); each VM stack arms and disarms its own node's task.
 """
 
 from __future__ import annotations
 
-from tpuserve.settings import Deployment
+from tpuserve.settings.base_stack import Base
 
 from .cdk import (
     Construct,
@@ -45,34 +45,34 @@ GUARD_PERMISSIONS = ["tpu.nodes.delete", "tpu.nodes.get"]
 class BillingGuard(Construct):
     """The guard's service account, its one role, and the queue its tasks wait in."""
 
-    def __init__(self, scope: Construct, id_: str, *, deployment: Deployment) -> None:
+    def __init__(self, scope: Construct, id_: str, *, base: Base) -> None:
         super().__init__(scope, id_)
-        d = deployment
+        d = base
         self.service_account = GoogleServiceAccount(
             self, "guard_service_account",
             account_id=d.guard_service_account_id,
-            display_name=f"tpuserve {d.gcp.deployment}: billing guard (deletes expired nodes)",
+            display_name=f"tpuserve {d.deployment}: billing guard (deletes expired nodes)",
             description="Cloud Tasks calls the TPU API's node delete as this account; no TPU "
                         "node runs as it or may act as it",
         )
         self.service_account.override_logical_id("guard_service_account")
         role = GoogleProjectIamCustomRole(
             self, "guard_role",
-            role_id=f"{d.gcp.deployment.replace('-', '_')}_billing_guard",
-            title=f"tpuserve {d.gcp.deployment} billing guard",
+            role_id=d.guard_role_id,
+            title=f"tpuserve {d.deployment} billing guard",
             description="Delete a TPU node at its deadline (TPU has no per-node IAM)",
             permissions=GUARD_PERMISSIONS,
         )
         role.override_logical_id("guard_role")
         grant = GoogleProjectIamMember(
-            self, "guard_grant", project=d.gcp.project, role=role.name,
+            self, "guard_grant", project=d.project, role=role.name,
             member=f"serviceAccount:{self.service_account.email}",
         )
         grant.override_logical_id("guard_grant")
         self.queue = GoogleCloudTasksQueue(
             self, "guard_queue",
             name=d.guard_queue.rsplit("/", 1)[1],
-            location=d.gcp.region,
+            location=d.region,
             # One delete at a time; a failed one (a node being created, an API hiccup) is
             # retried with backoff for a day. A 404 (already gone) also ends in the retries.
             rate_limits=GoogleCloudTasksQueueRateLimits(max_concurrent_dispatches=1),

@@ -4,15 +4,15 @@ On the `default` network the pre-made `default-allow-ssh` rule (tcp:22 from 0.0.
 to a node with an external IP, whatever tpuserve's own rule says. A network created here has no
 rules but tpuserve's, so "SSH from IAP only" means what it says (issue 10 section 3).
 
-Named for the deployment (`gcp.deployment`), not for one stack: this construct is one of the
-long-lived pieces a shared base will hold, and it moves there whole (its Terraform addresses
-are fixed with override_logical_id). Until then, two stacks of one deployment in one project
-would both create it: give the second its own `gcp.deployment` (README).
+Named for the deployment (`gcp.deployment`), not for one stack, and held by the base stack
+(stacks/base.py): every serving stack of the deployment puts its node on it by name. Its
+Terraform addresses (network, subnetwork) are the ones the serving stacks had before the base
+existed, so `terraform state mv` moves it (README, "Moving to the base").
 """
 
 from __future__ import annotations
 
-from tpuserve.settings import Deployment
+from tpuserve.settings.base_stack import Base
 
 from .cdk import (
     Construct,
@@ -23,14 +23,11 @@ from .cdk import (
 
 
 class Network(Construct):
-    """`name` and `subnetwork` are what a node's network_config takes; `resources` is what a
-    node must wait for (empty when the user brings the network)."""
+    """The base's network and subnet (`resources`; none when the user brings the network)."""
 
-    def __init__(self, scope: Construct, id_: str, *, deployment: Deployment) -> None:
+    def __init__(self, scope: Construct, id_: str, *, base: Base) -> None:
         super().__init__(scope, id_)
-        d = deployment
-        self.name: str = d.network_name
-        self.subnetwork: str | None = None
+        d = base
         self.resources: list[object] = []
         if not d.creates_network:
             return
@@ -39,7 +36,7 @@ class Network(Construct):
             name=d.network_name,
             auto_create_subnetworks=False,  # one subnet, in the zone's region, below
             routing_mode="REGIONAL",
-            description=f"tpuserve deployment {d.gcp.deployment}: only tpuserve's rules apply",
+            description=f"tpuserve deployment {d.deployment}: only tpuserve's rules apply",
         )
         network.override_logical_id("network")
         subnet_name = d.subnet_name
@@ -48,7 +45,7 @@ class Network(Construct):
             self, "subnetwork",
             name=subnet_name,
             network=network.id,
-            region=d.gcp.region,
+            region=d.region,
             ip_cidr_range=d.gcp.subnet_cidr,
             # The node reaches Secret Manager and Cloud Storage by Google's private path too.
             private_ip_google_access=True,
@@ -59,7 +56,4 @@ class Network(Construct):
             ),
         )
         subnet.override_logical_id("subnetwork")
-        # References (not the literal names): the firewall and the node wait for them.
-        self.name = network.name
-        self.subnetwork = subnet.name
         self.resources = [network, subnet]

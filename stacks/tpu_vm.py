@@ -1,8 +1,13 @@
 """The spot and on-demand stacks: one google_tpu_v2_vm each; only scheduling differs.
 
-Both bill until deleted, so each carries the billing guard (stacks/guard.py): after the node
-exists, `terraform_data.billing_guard` arms a Cloud Tasks task that deletes it at
-createTime + stack.max_run_hours, and disarms it on destroy.
+Both bill until deleted, so each carries the billing guard (stacks/guard.py; its account and
+queue are the base's): after the node exists, `terraform_data.billing_guard` arms a Cloud Tasks
+task that deletes it at createTime + stack.max_run_hours, and disarms it on destroy.
+
+A settings change that only changes the node's metadata (the boot script: vLLM flags, the
+proxy, the cache) is an in-place update of `metadata` (google-beta 6.50.0: not ForceNew), and
+the node's watcher re-runs the changed boot script in place (templates/boot/): the node, its
+capacity and its IP stay; vLLM restarts, warm when the compile-cache key is unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ from tpuserve.gcp.billing_guard import (
 from tpuserve.render.node_metadata import node_metadata
 from tpuserve.settings import Deployment
 
-from .base import ServingStack
 from .cdk import (
     Construct,
     DataResource,
@@ -29,9 +33,9 @@ from .cdk import (
     LocalExecProvisioner,
 )
 from .foundation import VM_SCOPES
-from .guard import BillingGuard
 from .literals import tf_ref
 from .local_exec import python_module, repo_root
+from .serving import ServingStack
 
 GUARD_CLIENT = python_module("tpuserve.billing_guard")
 
@@ -40,7 +44,6 @@ class TpuVmStack(ServingStack):
     def __init__(self, scope: Construct, deployment: Deployment) -> None:
         super().__init__(scope, deployment)
         d = deployment
-        sa = self.foundation.service_account
         self.tpu_node = GoogleTpuV2Vm(
             self, "tpu_node",
             name=d.node_name,
@@ -52,18 +55,18 @@ class TpuVmStack(ServingStack):
                 spot=d.stack.provisioning_model == "spot"
             ),
             network_config=GoogleTpuV2VmNetworkConfig(
-                network=self.network.name, subnetwork=self.network.subnetwork,
+                network=d.network_name, subnetwork=d.subnet_name,
                 enable_external_ips=True,
             ),
             shielded_instance_config=GoogleTpuV2VmShieldedInstanceConfig(enable_secure_boot=True),
-            service_account=GoogleTpuV2VmServiceAccount(email=sa.email, scope=VM_SCOPES),
+            service_account=GoogleTpuV2VmServiceAccount(email=d.service_account_email,
+                                                        scope=VM_SCOPES),
             tags=[d.network_tag],
             labels=d.labels,
             # Plain text: the stack's one escape pass (stacks/literals.py) escapes it.
             metadata=node_metadata(self.startup_script),
-            # The VM must not boot before it may read its secrets and write its cache, nor
-            # before its network exists.
-            depends_on=[*self.foundation.grants, *self.network.resources],
+            # Read at plan time: a missing base stops the plan before anything is created.
+            depends_on=[self.preflight],
         )
         self.tpu_node.override_logical_id("tpu_node")
         self._billing_guard(d)
@@ -74,7 +77,6 @@ class TpuVmStack(ServingStack):
         target = guard_target(d)
         if target is None:
             return
-        guard = BillingGuard(self, "billing_guard_identity", deployment=d)
         spec = {"node": target.node, "queue": target.queue,
                 "service_account": target.service_account,
                 "max_run_seconds": str(target.max_run_seconds)}
@@ -96,6 +98,6 @@ class TpuVmStack(ServingStack):
                                      command=f"{GUARD_CLIENT} disarm", working_dir=repo_root(),
                                      environment=env),
             ],
-            depends_on=[self.tpu_node, *guard.resources],
+            depends_on=[self.tpu_node],
         )
         arming.override_logical_id("billing_guard")

@@ -27,6 +27,17 @@ GPU_MEM_FATAL = 0.95
 COLD_START_S = 857.0
 WARM_START_S = 497.0
 
+# SPEC 4: the XLA compile cache of one configuration, as mounted (one object per cache key in
+# the base's bucket); the checkpoint is 9.54 GiB (what the fleet stages into the weights bucket).
+COMPILE_CACHE_BYTES = 197_000_000
+CHECKPOINT_GIB = 9.54
+
+# List prices (Google's pricing pages, not measured here; the planner says so where it uses
+# them): Cloud Storage Standard in a single region such as us-west4, $/GiB-month, and Secret
+# Manager, $/active secret version/replica location/month (access calls are cents per 10k).
+GCS_STANDARD_USD_PER_GIB_MONTH = 0.023
+SECRET_VERSION_USD_PER_MONTH = 0.06
+
 # SPEC 7: "24/7 for a month (730 h)".
 HOURS_PER_MONTH = 730.0
 

@@ -1,4 +1,6 @@
-"""Synth tests on the JSON of the spot and on-demand stacks (and the foundation of all three)."""
+"""Synth tests on the JSON of the serving stacks (spot, ondemand, flex) and of the base they
+stand on: the base holds exactly the long-lived resources, no serving stack holds a secret,
+bucket, identity or network, and a serving stack refers to the base by name only."""
 
 from __future__ import annotations
 
@@ -15,7 +17,27 @@ from tpuserve.render.boot_script import vllm_command
 from tpuserve.settings import from_raw, load_raw
 
 VM_STACKS = ("spot", "ondemand")
+SERVING = ("spot", "ondemand", "flex")
 NODE_MEMBER = "serviceAccount:${google_service_account.service_account.email}"
+NODE_SA = "tpuserve-node@tpuserve-placeholder.iam.gserviceaccount.com"
+# What outlives a node, and only that: the base's resources by type and address.
+BASE_RESOURCES = {
+    "google_compute_network": {"network"},
+    "google_compute_subnetwork": {"subnetwork"},
+    "google_service_account": {"service_account", "guard_service_account"},
+    "google_secret_manager_secret": {"hf_token_secret", "api_key_secret"},
+    "google_secret_manager_secret_iam_member": {"hf_token_secret_accessor",
+                                                "api_key_secret_accessor"},
+    "google_project_iam_member": {"log_writer", "guard_grant"},
+    "google_project_iam_custom_role": {"guard_role"},
+    "google_cloud_tasks_queue": {"guard_queue"},
+    "google_storage_bucket": {"cache_bucket", "weights_bucket"},
+    "google_storage_bucket_iam_member": {"cache_bucket_object_user"},
+    "terraform_data": {"teardown_guard"},
+}
+LONG_LIVED = ("google_compute_network", "google_compute_subnetwork", "google_service_account",
+              "google_secret_manager_secret", "google_storage_bucket", "google_cloud_tasks_queue",
+              "google_project_iam_custom_role", "google_project_iam_member")
 GUARD_MEMBER = "serviceAccount:${google_service_account.guard_service_account.email}"
 # Predefined roles that carry tpu.nodes.delete (basic roles and the TPU admin role).
 ROLES_WITH_NODE_DELETE = {"roles/owner", "roles/editor", "roles/tpu.admin"}
@@ -29,8 +51,8 @@ def startup_script(doc: dict[str, Any]) -> str:
     return resources(doc, "google_tpu_v2_vm")["tpu_node"]["metadata"]["startup-script"]
 
 
-def test_one_stack_per_provisioning_model(synthesized) -> None:
-    assert set(synthesized) == {"spot", "ondemand", "flex"}
+def test_one_stack_per_provisioning_model_and_the_base(synthesized) -> None:
+    assert set(synthesized) == {"base", "spot", "ondemand", "flex"}
     for doc in synthesized.values():
         assert doc["terraform"]["required_providers"]["google-beta"]["version"] == "6.50.0"
         assert "google" not in doc["terraform"]["required_providers"]  # never the GA provider
@@ -44,24 +66,23 @@ def test_tpu_vm(synthesized, deployments, stack: str) -> None:
     assert vm["runtime_version"] == "v2-alpha-tpuv5-lite"
     assert vm["zone"] == "us-west4-a"
     assert vm["scheduling_config"] == {"spot": stack == "spot"}
-    # The deployment's own network and subnet (issue 10 section 3), by reference.
+    # The base's network and subnet (issue 10 section 3), by name: no cross-stack reference.
     assert vm["network_config"] == {
-        "enable_external_ips": True, "network": "${google_compute_network.network.name}",
-        "subnetwork": "${google_compute_subnetwork.subnetwork.name}"}
+        "enable_external_ips": True, "network": "tpuserve-net",
+        "subnetwork": "tpuserve-net-us-west4"}
     assert vm["shielded_instance_config"] == {"enable_secure_boot": True}
     assert vm["tags"] == [f"tpuserve-{stack}"]
     assert vm["labels"] == {"stack": stack, "model": "google-gemma-4-e2b-it",
-                            "provisioning-model": stack, "managed-by": "tpuserve"}
-    assert vm["service_account"]["email"] == "${google_service_account.service_account.email}"
+                            "provisioning-model": stack, "managed-by": "tpuserve",
+                            "deployment": "tpuserve"}
+    assert vm["service_account"]["email"] == NODE_SA
     assert vm["service_account"]["scope"] == ["https://www.googleapis.com/auth/cloud-platform"]
     assert vm["metadata"]["enable-guest-attributes"] == "TRUE"  # boot phases readable via API
     # SSH through OS Login only: IAM decides, project-wide metadata keys do not open the node.
     assert vm["metadata"]["enable-oslogin"] == "TRUE"
     assert vm["metadata"]["block-project-ssh-keys"] == "TRUE"
-    # The VM boots only once it may read its secret (and write its cache), on its network.
-    assert "google_secret_manager_secret_iam_member.hf_token_secret_accessor" in vm["depends_on"]
-    assert {"google_compute_network.network", "google_compute_subnetwork.subnetwork"} <= set(
-        vm["depends_on"])
+    # Nothing is created before the plan-time check that the base exists.
+    assert vm["depends_on"] == ["data.external.base_preflight"]
 
 
 @pytest.mark.parametrize("stack", VM_STACKS)
@@ -76,24 +97,73 @@ def test_startup_script_carries_the_rendered_flags(synthesized, deployments, sta
     assert not [ln for ln in code if "HF_TOKEN=" in ln]  # a mounted file, never an -e value
 
 
-@pytest.mark.parametrize("stack", ("spot", "ondemand", "flex"))
-def test_secret_access_is_scoped_to_the_stacks_own_secrets(synthesized, stack) -> None:
-    doc = synthesized[stack]
+def test_secret_access_is_scoped_to_the_bases_own_secrets(synthesized) -> None:
+    doc = synthesized["base"]
     secrets = resources(doc, "google_secret_manager_secret")
-    assert secrets["hf_token_secret"]["secret_id"] == f"tpuserve-{stack}-hf-token"
+    assert secrets["hf_token_secret"]["secret_id"] == "tpuserve-hf-token"
+    assert secrets["api_key_secret"]["secret_id"] == "tpuserve-api-key"
     grants = resources(doc, "google_secret_manager_secret_iam_member")
+    assert set(grants) == {"hf_token_secret_accessor", "api_key_secret_accessor"}
     for key, grant in grants.items():
         assert grant["role"] == "roles/secretmanager.secretAccessor"
         secret = key.removesuffix("_accessor")
         assert grant["secret_id"] == f"${{google_secret_manager_secret.{secret}.id}}"
-        assert grant["member"] == "serviceAccount:${google_service_account.service_account.email}"
+        assert grant["member"] == NODE_MEMBER
     # No project-wide secret access; the node's only project grant is writing logs.
     node_roles = {g["role"] for g in resources(doc, "google_project_iam_member").values()
                   if g["member"] == NODE_MEMBER}
     assert node_roles == {"roles/logging.logWriter"}
 
 
-@pytest.mark.parametrize("stack", ("spot", "ondemand", "flex"))
+def test_the_base_holds_exactly_the_long_lived_resources(synthesized) -> None:
+    doc = synthesized["base"]
+    assert {kind: set(items) for kind, items in doc["resource"].items()} == BASE_RESOURCES
+    assert "data" not in doc  # the base needs nothing to exist before it
+
+
+@pytest.mark.parametrize("stack", SERVING)
+def test_a_serving_stack_holds_only_its_compute(synthesized, stack) -> None:
+    doc = synthesized[stack]
+    for kind in LONG_LIVED:
+        assert not resources(doc, kind), (stack, kind)
+    compute = {"spot": {"google_compute_firewall", "google_tpu_v2_vm", "terraform_data"},
+               "ondemand": {"google_compute_firewall", "google_tpu_v2_vm", "terraform_data"},
+               "flex": {"google_compute_firewall", "terraform_data"}}[stack]
+    assert set(doc["resource"]) == compute
+
+
+@pytest.mark.parametrize("stack", SERVING)
+def test_a_serving_stack_deploys_alone(synthesized, stack) -> None:
+    """No cross-stack reference: no remote state, no output of another stack, no reference to
+    a resource the stack does not declare (cdktf would refuse to deploy it alone)."""
+    doc = synthesized[stack]
+    text = json.dumps(doc)
+    assert "terraform_remote_state" not in text and "cross-stack" not in text
+    declared = {f"{kind}.{name}" for kind, items in doc["resource"].items() for name in items}
+    declared |= {f"data.{kind}.{name}" for kind, items in doc.get("data", {}).items()
+                 for name in items}
+    import re
+    for ref in re.findall(r"(?<!\$)\$\{([a-z_]+\.[a-z_0-9]+(?:\.[a-z_0-9]+)?)", text):
+        head = ".".join(ref.split(".")[:3]) if ref.startswith("data.") else ".".join(
+            ref.split(".")[:2])
+        if head.split(".")[0] in ("self", "path", "jsonencode(self"):
+            continue
+        assert head in declared, (stack, ref)
+
+
+@pytest.mark.parametrize("stack", SERVING)
+def test_a_missing_base_stops_the_plan_first(synthesized, stack) -> None:
+    probe = synthesized[stack]["data"]["external"]["base_preflight"]
+    assert probe["program"][-1].endswith("-m tpuserve.base_check preflight")
+    assert probe["query"] == {
+        "project": "tpuserve-placeholder", "deployment": "tpuserve", "region": "us-west4",
+        "secrets": "tpuserve-hf-token,tpuserve-api-key",
+        "buckets": "tpuserve-placeholder-tpuserve-xla-cache,"
+                   "tpuserve-placeholder-tpuserve-weights",
+        "service_accounts": NODE_SA, "base_command": "cdktf deploy base"}
+
+
+@pytest.mark.parametrize("stack", ("base", *SERVING))
 def test_no_secret_value_anywhere(synthesized, synth_dir: Path, stack) -> None:
     text = json.dumps(synthesized[stack])
     assert not resources(synthesized[stack], "google_secret_manager_secret_version")
@@ -125,6 +195,7 @@ def configured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     raw["gcp"] = {**raw["gcp"], "network": "my-vpc"}
     raw["stacks"] = {"spot": raw["stacks"]["spot"],
                      "ondemand": {**raw["stacks"]["ondemand"], "max_run_hours": 0}}
+    raw["gcp"]["deployment"] = "team-a"
     return synth(from_raw(raw).deployments, tmp_path_factory.mktemp("configured"))
 
 
@@ -133,19 +204,27 @@ def test_configured_ranges_open_the_api_port(configured) -> None:
     rules = resources(doc, "google_compute_firewall")
     assert rules["firewall_api"]["source_ranges"] == ["203.0.113.0/24"]
     assert rules["firewall_api"]["allow"] == [{"protocol": "tcp", "ports": ["8000"]}]
-    assert rules["firewall_api"]["target_tags"] == ["tpuserve-spot"]
+    assert rules["firewall_api"]["target_tags"] == ["team-a-spot"]
+    assert rules["firewall_api"]["name"] == "team-a-spot-allow-api"
     assert rules["firewall_ssh"]["source_ranges"] == [IAP_RANGE, "198.51.100.7/32"]
 
 
-@pytest.mark.parametrize("stack", ("spot", "ondemand", "flex"))
-def test_cache_bucket_is_private_and_expires(synthesized, stack) -> None:
-    doc = synthesized[stack]
-    bucket = resources(doc, "google_storage_bucket")["cache_bucket"]
-    assert bucket["uniform_bucket_level_access"] is True
-    assert bucket["public_access_prevention"] == "enforced"
+def test_buckets_are_private_protected_and_the_cache_expires(synthesized) -> None:
+    doc = synthesized["base"]
+    buckets = resources(doc, "google_storage_bucket")
+    assert buckets["cache_bucket"]["name"] == "tpuserve-placeholder-tpuserve-xla-cache"
+    assert buckets["weights_bucket"]["name"] == "tpuserve-placeholder-tpuserve-weights"
+    for bucket in buckets.values():
+        assert bucket["uniform_bucket_level_access"] is True
+        assert bucket["public_access_prevention"] == "enforced"
+        assert bucket["lifecycle"] == {"prevent_destroy": True}
+    for secret in resources(doc, "google_secret_manager_secret").values():
+        assert secret["lifecycle"] == {"prevent_destroy": True}
     # Deleted once unused for retention_days (the boot script renews customTime), not by age.
-    assert bucket["lifecycle_rule"] == [
+    assert buckets["cache_bucket"]["lifecycle_rule"] == [
         {"action": {"type": "Delete"}, "condition": {"days_since_custom_time": 30}}]
+    assert "lifecycle_rule" not in buckets["weights_bucket"]
+    # The node reads and writes the cache; nothing in the base grants it the weights bucket.
     [grant] = resources(doc, "google_storage_bucket_iam_member").values()
     assert grant["bucket"] == "${google_storage_bucket.cache_bucket.name}"
     assert grant["role"] == "roles/storage.objectUser"
@@ -161,10 +240,9 @@ def _members(res: dict[str, Any]) -> list[str]:
     return [res["member"]] if "member" in res else list(res.get("members", []))
 
 
-@pytest.mark.parametrize("stack", ("spot", "ondemand", "flex"))
-def test_the_nodes_service_account_holds_no_tpu_nodes_delete(synthesized, stack) -> None:
+def test_the_nodes_service_account_holds_no_tpu_nodes_delete(synthesized) -> None:
     """No credential reachable from a node may delete a node (issue 10 section 3)."""
-    doc = synthesized[stack]
+    doc = synthesized["base"]
     roles = resources(doc, "google_project_iam_custom_role")
     deleting = {f"${{google_project_iam_custom_role.{key}.name}}" for key, role in roles.items()
                 if "tpu.nodes.delete" in role["permissions"]}
@@ -182,19 +260,19 @@ def test_the_nodes_service_account_holds_no_tpu_nodes_delete(synthesized, stack)
         if grant["role"] in deleting:
             assert _members(grant) == [GUARD_MEMBER]
     # The startup script cannot call the TPU API at all.
-    if stack != "flex":
-        assert "tpu.googleapis.com" not in startup_script(doc)
+    for stack in VM_STACKS:
+        assert "tpu.googleapis.com" not in startup_script(synthesized[stack])
 
 
 @pytest.mark.parametrize("stack", VM_STACKS)
 def test_the_billing_guard_is_a_cloud_tasks_task_armed_after_the_node(synthesized, stack) -> None:
-    doc = synthesized[stack]
-    [role] = resources(doc, "google_project_iam_custom_role").values()
+    base, doc = synthesized["base"], synthesized[stack]
+    [role] = resources(base, "google_project_iam_custom_role").values()
     assert sorted(role["permissions"]) == ["tpu.nodes.delete", "tpu.nodes.get"]
     assert role["role_id"] == "tpuserve_billing_guard"  # named for the deployment
-    sa = resources(doc, "google_service_account")["guard_service_account"]
+    sa = resources(base, "google_service_account")["guard_service_account"]
     assert sa["account_id"] == "tpuserve-guard"
-    queue = resources(doc, "google_cloud_tasks_queue")["guard_queue"]
+    queue = resources(base, "google_cloud_tasks_queue")["guard_queue"]
     assert (queue["name"], queue["location"]) == ("tpuserve-guard", "us-west4")
     assert queue["rate_limits"] == {"max_concurrent_dispatches": 1}
     arming = resources(doc, "terraform_data")["billing_guard"]
@@ -213,9 +291,7 @@ def test_the_billing_guard_is_a_cloud_tasks_task_armed_after_the_node(synthesize
     assert create["local-exec"]["command"].endswith("-m tpuserve.billing_guard arm")
     assert destroy["local-exec"]["command"].endswith("-m tpuserve.billing_guard disarm")
     assert destroy["local-exec"]["when"] == "destroy"
-    assert set(arming["depends_on"]) == {
-        "google_tpu_v2_vm.tpu_node", "google_service_account.guard_service_account",
-        "google_project_iam_member.guard_grant", "google_cloud_tasks_queue.guard_queue"}
+    assert arming["depends_on"] == ["google_tpu_v2_vm.tpu_node"]
 
 
 def test_flex_has_no_billing_guard(synthesized) -> None:
@@ -225,18 +301,18 @@ def test_flex_has_no_billing_guard(synthesized) -> None:
     assert "billing_guard" not in resources(doc, "terraform_data")
 
 
-@pytest.mark.parametrize("stack", ("spot", "ondemand", "flex"))
-def test_the_deployment_has_a_network_of_its_own(synthesized, stack) -> None:
-    doc = synthesized[stack]
+def test_the_deployment_has_a_network_of_its_own(synthesized) -> None:
+    doc = synthesized["base"]
     net = resources(doc, "google_compute_network")["network"]
-    assert net["name"] == "tpuserve-net"  # the deployment's, the same in every stack
+    assert net["name"] == "tpuserve-net"  # the deployment's, used by every serving stack
     assert net["auto_create_subnetworks"] is False
     sub = resources(doc, "google_compute_subnetwork")["subnetwork"]
     assert (sub["name"], sub["region"], sub["ip_cidr_range"]) == (
         "tpuserve-net-us-west4", "us-west4", "10.64.0.0/20")
     assert sub["network"] == "${google_compute_network.network.id}"
-    for rule in resources(doc, "google_compute_firewall").values():
-        assert rule["network"] == "${google_compute_network.network.name}"
+    for stack in SERVING:
+        for rule in resources(synthesized[stack], "google_compute_firewall").values():
+            assert rule["network"] == "tpuserve-net"
 
 
 def test_the_flex_body_has_the_network_and_secure_boot(synthesized) -> None:
@@ -248,11 +324,12 @@ def test_the_flex_body_has_the_network_and_secure_boot(synthesized) -> None:
     assert node["shieldedInstanceConfig"] == {"enableSecureBoot": True}
     assert node["metadata"]["enable-oslogin"] == "TRUE"
     assert node["metadata"]["block-project-ssh-keys"] == "TRUE"
-    assert {"google_compute_network.network", "google_compute_subnetwork.subnetwork"} <= set(
-        qr["depends_on"])
+    assert qr["depends_on"] == ["data.external.base_preflight", "data.external.qr_probe"]
 
 
 def test_a_network_the_user_brings_is_used_not_created(configured) -> None:
+    assert not resources(configured["base"], "google_compute_network")
+    assert not resources(configured["base"], "google_compute_subnetwork")
     for stack in ("spot", "ondemand"):
         doc = configured[stack]
         assert not resources(doc, "google_compute_network")
@@ -263,8 +340,6 @@ def test_a_network_the_user_brings_is_used_not_created(configured) -> None:
             assert rule["network"] == "my-vpc"
     # max_run_hours = 0: no guard at all, not a guard with rights and no task.
     off = configured["ondemand"]
-    assert not resources(off, "google_cloud_tasks_queue")
-    assert not resources(off, "google_project_iam_custom_role")
     assert not resources(off, "terraform_data")
 
 
@@ -280,25 +355,36 @@ def test_outputs(synthesized, stack) -> None:
     assert out["usd_per_hour"]["value"] == {"spot": 0.5779, "ondemand": 1.2}[stack]
 
 
-@pytest.mark.parametrize("stack", ("spot", "ondemand", "flex"))
-def test_stable_addresses_and_stack_prefixed_names(synthesized, stack) -> None:
-    doc = synthesized[stack]
-    guard = {"guard_service_account"} if stack in VM_STACKS else set()
-    assert set(resources(doc, "google_service_account")) == {"service_account"} | guard
-    assert resources(doc, "google_service_account")["service_account"]["account_id"] == (
-        f"tpuserve-{stack}-vm")
-    for kind in ("google_compute_firewall", "google_secret_manager_secret"):
-        for res in resources(doc, kind).values():
-            name = res.get("name") or res.get("secret_id")
-            assert name.startswith(f"tpuserve-{stack}-")
+def test_every_name_starts_with_the_deployment(synthesized, configured) -> None:
+    """Deterministic names, each carrying the deployment: two deployments (here `tpuserve` and
+    `team-a`) live side by side in one project."""
+    for docs, dep in ((synthesized, "tpuserve"), (configured, "team-a")):
+        base = docs["base"]
+        sas = resources(base, "google_service_account")
+        assert {s["account_id"] for s in sas.values()} == {f"{dep}-node", f"{dep}-guard"}
+        assert {s["secret_id"] for s in resources(
+            base, "google_secret_manager_secret").values()} == {f"{dep}-hf-token",
+                                                                f"{dep}-api-key"}
+        assert {b["name"] for b in resources(base, "google_storage_bucket").values()} == {
+            f"tpuserve-placeholder-{dep}-xla-cache", f"tpuserve-placeholder-{dep}-weights"}
+        for stack in set(docs) - {"base"}:
+            for rule in resources(docs[stack], "google_compute_firewall").values():
+                assert rule["name"].startswith(f"{dep}-{stack}-allow-")
+            for vm in resources(docs[stack], "google_tpu_v2_vm").values():
+                assert vm["name"] == f"{dep}-{stack}"
+                assert vm["service_account"]["email"].startswith(f"{dep}-node@")
 
 
 def test_state_backend_local_by_default_gcs_when_configured(synthesized, configured) -> None:
     assert synthesized["flex"]["terraform"]["backend"] == {
         "local": {"path": "../../../terraform.flex.tfstate"}}
-    doc = configured["ondemand"]
-    assert doc["terraform"]["backend"] == {
-        "gcs": {"bucket": "team-tfstate", "prefix": "serving/ondemand"}}
+    assert synthesized["base"]["terraform"]["backend"] == {
+        "local": {"path": "../../../terraform.base.tfstate"}}
+    # Another deployment: its own state, beside the default one's.
+    assert configured["ondemand"]["terraform"]["backend"] == {
+        "gcs": {"bucket": "team-tfstate", "prefix": "serving/team-a/ondemand"}}
+    assert configured["base"]["terraform"]["backend"] == {
+        "gcs": {"bucket": "team-tfstate", "prefix": "serving/team-a/base"}}
 
 
 def test_every_google_element_uses_the_configured_google_beta_provider(synthesized) -> None:

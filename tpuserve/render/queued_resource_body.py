@@ -152,3 +152,16 @@ def spec_differences(wanted: object, actual: object, path: str = "") -> list[str
     if wanted != actual:
         return [f"{path}: {_short(actual)}, want {_short(wanted)}"]
     return []
+
+
+def body_metadata(body: Mapping[str, Any]) -> dict[str, str]:
+    """The node's metadata in a QR body (the boot script and its switches)."""
+    return dict(body["tpu"]["nodeSpec"][0]["node"].get("metadata", {}))
+
+
+def body_without_metadata(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The body with every node spec's metadata taken out (a deep copy)."""
+    out = copy.deepcopy(dict(body))
+    for spec in out["tpu"]["nodeSpec"]:
+        spec["node"].pop("metadata", None)
+    return out

@@ -13,6 +13,7 @@ from pydantic import (
 from tpuserve.facts import FLEX_ZONES_BAD, FLEX_ZONES_GOOD
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, spec_error
+from tpuserve.settings.base_stack import Base
 from tpuserve.settings.sections import (
     AccessSettings,
     CacheSettings,
@@ -74,8 +75,13 @@ class Deployment(StrictModel):
         return self
 
     @property
+    def base(self) -> Base:
+        """The deployment's long-lived base this stack stands on (settings/base_stack.py)."""
+        return Base(gcp=self.gcp, cache=self.cache, state=self.state)
+
+    @property
     def node_name(self) -> str:
-        return f"tpuserve-{self.name}"
+        return f"{self.gcp.deployment}-{self.name}"
 
     @property
     def tpu_parent(self) -> str:
@@ -89,66 +95,48 @@ class Deployment(StrictModel):
 
     @property
     def network_tag(self) -> str:
-        return f"tpuserve-{self.name}"
-
-    # Long-lived resources are named for the deployment, not the stack: a shared base will
-    # hold them (ARCHITECTURE "Conventions").
-    @property
-    def creates_network(self) -> bool:
-        return self.gcp.network is None
+        return self.node_name
 
     @property
-    def network_name(self) -> str:
-        return self.gcp.network or f"{self.gcp.deployment}-net"
-
-    @property
-    def subnet_name(self) -> str | None:
-        """The subnet the project creates; None when the user brings a network."""
-        return f"{self.gcp.deployment}-net-{self.gcp.region}" if self.creates_network else None
+    def node_path(self) -> str:
+        return f"{self.tpu_parent}/nodes/{self.node_name}"
 
     @property
     def has_billing_guard(self) -> bool:
         return self.stack.provisioning_model != "flex" and self.stack.max_run_hours > 0
 
+    # What the base holds, by name (settings/base_stack.py): one source for every stack.
     @property
-    def guard_service_account_id(self) -> str:
-        return f"{self.gcp.deployment}-guard"
+    def network_name(self) -> str:
+        return self.base.network_name
 
     @property
-    def guard_service_account_email(self) -> str:
-        return f"{self.guard_service_account_id}@{self.gcp.project}.iam.gserviceaccount.com"
-
-    @property
-    def guard_queue(self) -> str:
-        """The Cloud Tasks queue holding each node's deletion task (in the zone's region)."""
-        return (f"projects/{self.gcp.project}/locations/{self.gcp.region}/queues/"
-                f"{self.gcp.deployment}-guard")
-
-    @property
-    def node_path(self) -> str:
-        return f"projects/{self.gcp.project}/locations/{self.gcp.zone}/nodes/{self.node_name}"
-
-    # Names carry the stack name so the three stacks can live side by side in one project.
-    @property
-    def service_account_id(self) -> str:
-        return f"tpuserve-{self.name}-vm"
+    def subnet_name(self) -> str | None:
+        return self.base.subnet_name
 
     @property
     def service_account_email(self) -> str:
-        return f"{self.service_account_id}@{self.gcp.project}.iam.gserviceaccount.com"
+        return self.base.node_service_account_email
+
+    @property
+    def guard_service_account_email(self) -> str:
+        return self.base.guard_service_account_email
+
+    @property
+    def guard_queue(self) -> str:
+        return self.base.guard_queue
 
     @property
     def hf_token_secret_id(self) -> str:
-        return f"tpuserve-{self.name}-hf-token"
+        return self.base.hf_token_secret_id
 
     @property
     def api_key_secret_id(self) -> str:
-        return f"tpuserve-{self.name}-api-key"
+        return self.base.api_key_secret_id
 
     @property
     def cache_bucket(self) -> str:
-        # Bucket names are global: the project id makes it unique.
-        return f"{self.gcp.project}-tpuserve-{self.name}-xla-cache"
+        return self.base.cache_bucket
 
     @property
     def usd_per_hour(self) -> float:
@@ -161,6 +149,7 @@ class Deployment(StrictModel):
             "model": re.sub(r"[^a-z0-9_-]", "-", self.vllm.model.lower())[:63],
             "provisioning-model": self.stack.provisioning_model,
             "managed-by": "tpuserve",
+            "deployment": self.gcp.deployment,
         }
 
 

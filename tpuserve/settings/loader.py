@@ -25,15 +25,18 @@ from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.sections import StackSettings
 from tpuserve.settings.string_rules import shown
-from tpuserve.settings.warnings import deployment_warnings, shared_resource_warnings
+from tpuserve.settings.base_stack import BASE_STACK, Base
+from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
+from tpuserve.settings.warnings import deployment_warnings
 
 
 @dataclass(frozen=True)
 class Loaded:
-    """Every stack's deployment, and the warnings to print: `[stack] ...` ones, then shared."""
+    """Every stack's deployment, the long-lived base they stand on, and the warnings to print."""
 
     deployments: dict[str, Deployment]
     warnings: list[str] = field(default_factory=list)
+    base: Base | None = None  # None only when no serving stack is configured
 
 
 def load(environ: Mapping[str, str] | None = None, *, path: Path = DEFAULT_CONFIG) -> Loaded:
@@ -46,10 +49,46 @@ def from_raw(raw: Mapping[str, Any]) -> Loaded:
     deployments, problems = validate(raw)
     for name, d in deployments.items():
         problems.extend(f"[{name}] {p}" for p in capacity_problems(d))
+    base = None
+    if deployments and not problems:
+        base, base_problems = base_of(raw, deployments)
+        problems.extend(base_problems)
     if problems:
         raise ConfigError(merge_stacks(problems))
     warnings = [f"[{name}] {w}" for name, d in deployments.items() for w in all_warnings(d)]
-    return Loaded(deployments, warnings + shared_resource_warnings(deployments))
+    return Loaded(deployments, warnings, base)
+
+
+def base_of(raw: Mapping[str, Any], deployments: Mapping[str, Deployment],
+            ) -> tuple[Base, list[str]]:
+    """The deployment's base, from the top-level [gcp], [cache] and [state] tables, and one
+    problem per stack whose own table moves it off that base (another project, region,
+    deployment, network or state): it would look for a base nobody deploys."""
+    any_stack = next(iter(deployments.values()))
+    try:
+        base = Base(
+            gcp=GcpSettings.model_validate(raw.get("gcp", {})),
+            cache=CacheSettings.model_validate(raw.get("cache", {})),
+            state=StateSettings.model_validate(raw.get("state", {})),
+        )
+    except ValidationError:
+        # The top level alone is incomplete (say, [gcp] only in the stack tables, and every
+        # stack agrees): the stacks' shared base is the base.
+        base = any_stack.base
+    problems = []
+    for name, d in deployments.items():
+        for setting, want in base.identity.items():
+            got = d.base.identity[setting]
+            if got != want:
+                problems.append(
+                    f"[{name}] {setting} = {shown(got)}: must be the base's {shown(want)} "
+                    f"(the `{BASE_STACK}` stack holds the network, identities, secrets and "
+                    "buckets of one deployment in one project and region, and a serving stack "
+                    "finds them by name); set it at the top level for every stack, or give "
+                    "this stack a config file of its own with its own gcp.deployment "
+                    "(TPUSERVE_CONFIG), which makes a base of its own"
+                )
+    return base, problems
 
 
 def all_warnings(d: Deployment) -> list[str]:

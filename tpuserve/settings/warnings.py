@@ -15,27 +15,6 @@ from tpuserve.facts import (
 from tpuserve.settings.deployment import Deployment
 
 
-def shared_resource_warnings(deployments: Mapping[str, Deployment]) -> list[str]:
-    """Stacks that would each create one of the deployment's long-lived resources.
-
-    The network and the billing guard's identity and queue are named for the deployment, but
-    until a shared base holds them each stack declares them in its own Terraform state: a
-    second such stack of one deployment and project fails with 409 "already exists"."""
-    owners: dict[str, list[str]] = {}
-    for name, d in deployments.items():
-        if d.creates_network:
-            owners.setdefault(f"network {d.network_name} in project {d.gcp.project}",
-                              []).append(name)
-        if d.has_billing_guard:
-            owners.setdefault(f"billing-guard account and queue {d.guard_service_account_id} "
-                              f"in project {d.gcp.project}", []).append(name)
-    return [
-        f"stacks {', '.join(names)} each create the {what}: deploy one of them at a time, or "
-        "give each its own `[stacks.NAME.gcp] deployment`"
-        for what, names in owners.items() if len(names) > 1
-    ]
-
-
 def deployment_warnings(d: Deployment) -> list[str]:
     """Soft rules of the settings themselves (capacity ones: tpuserve.settings.loader)."""
     v = d.vllm

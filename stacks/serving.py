@@ -1,0 +1,50 @@
+"""What every serving stack shares: the provider, the base preflight, the firewall, the outputs.
+
+A serving stack (`spot`, `ondemand`, `flex`) holds only its compute and what is specific to it:
+the node (or queued resource), its firewall rules and, for the VM stacks, the arming of its
+billing guard. Everything long-lived is the base's (stacks/base.py), found by name, so
+`cdktf deploy NAME` and `cdktf destroy NAME` work alone and destroy keeps the compile cache
+and the secrets.
+"""
+
+from __future__ import annotations
+
+from tpuserve.render.boot_script import render_startup
+from tpuserve.settings import Deployment
+
+from .cdk import Construct, TerraformOutput
+from .firewall import Firewall
+from .preflight import base_preflight
+from .stack import TpuserveStack
+
+
+class ServingStack(TpuserveStack):
+    """A serving stack: `cdktf deploy NAME` and `cdktf destroy NAME` work alone."""
+
+    def __init__(self, scope: Construct, deployment: Deployment) -> None:
+        d = deployment
+        super().__init__(scope, d.name, d.base, zone=d.gcp.zone)
+        self.deployment = d
+        self.preflight = base_preflight(self, d)
+        Firewall(self, "firewall", deployment=d)
+        self.startup_script = render_startup(d)
+
+    def output(self, name: str, value: object, description: str) -> None:
+        TerraformOutput(self, name, value=value, description=description)
+
+    def common_outputs(self, external_ip: str | None) -> None:
+        """external_ip None: Terraform never sees the node (flex: it comes later, by itself)."""
+        d = self.deployment
+        self.output("node_name", d.node_name, "TPU node name")
+        self.output("zone", d.gcp.zone, "TPU zone")
+        if external_ip is not None:
+            self.output("external_ip", external_ip,
+                        "The node's external IP (changes on recreate)")
+            scheme = "https" if d.access.tls_on else "http"
+            self.output("endpoint", f"{scheme}://{external_ip}:{d.vllm.port}/v1",
+                        "OpenAI-compatible base URL (https: pin the node's certificate, "
+                        "`tpuserve endpoint`)")
+            # SPEC 3: `gcloud compute tpus tpu-vm ssh` fails in some sandboxes; plain ssh works.
+            self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
+        self.output("usd_per_hour", round(d.usd_per_hour, 4),
+                    f"{d.stack.provisioning_model} price, $/hour (SPEC 2)")
