@@ -1,10 +1,15 @@
-"""A fake Secret Manager (v1 REST) on 127.0.0.1: `versions/{version}:access` only.
+"""A fake Secret Manager (v1 REST) on 127.0.0.1: `versions/{version}:access` and `secrets.get`.
 
   GET /v1/projects/PROJECT/secrets/SECRET/versions/VERSION:access   (VERSION: a number or latest)
 answers {"name", "payload": {"data": base64, "dataCrc32c": "<int64 as string>"}} with
 `Authorization: Bearer <token>`, and the real API's errors otherwise: 401 UNAUTHENTICATED,
 403 PERMISSION_DENIED (another project), 404 NOT_FOUND "... not found or has no versions.",
-400 FAILED_PRECONDITION for a disabled or destroyed latest version. Point code at it with
+400 FAILED_PRECONDITION for a disabled or destroyed latest version.
+  GET /v1/projects/PROJECT/secrets/SECRET                           (secrets.get: metadata)
+answers the Secret resource {"name": "projects/<number>/secrets/SECRET", "replication",
+"createTime", "etag"} whether or not it has versions; 404 NOT_FOUND "Secret [...] not found.";
+403 PERMISSION_DENIED for another project or a permission in `denied`
+(e.g. {"secretmanager.secrets.get"}: the caller lacks it). Point code at it with
 `CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER=<fake.endpoint>`.
 """
 
@@ -24,6 +29,7 @@ from .storage import crc32c
 
 PROJECT_NUMBER = "123456789012"
 _ACCESS = re.compile(r"/v1/projects/([^/]+)/secrets/([^/]+)/versions/([^/:]+):access")
+_SECRET = re.compile(r"/v1/projects/([^/]+)/secrets/([^/:]+)")
 
 
 @dataclass
@@ -48,6 +54,7 @@ class FakeSecretManager:
         self.secrets: dict[str, list[SecretVersion]] = {}
         self.calls: list[AccessCall] = []
         self.outage = False
+        self.denied: set[str] = set()  # permissions the caller lacks (secretmanager.secrets.get)
         self.faults = FaultQueue()  # front-end pages, dropped connections (see fail_next)
         self._lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
@@ -96,12 +103,49 @@ class FakeSecretManager:
 
     def _handle(self, request: Request) -> Response:
         m = _ACCESS.fullmatch(request.path)
+        meta = None if m else _SECRET.fullmatch(request.path)
         response = self.faults.take(request)
+        if response is None and meta:
+            response = self._get_secret(request, meta)
         if response is None:
             response = self._access(request, m) if m else _error(404, "NOT_FOUND", "Not Found")
         with self._lock:
-            self.calls.append(AccessCall(time.time(), m[2] if m else "", response.status_code))
+            secret = m[2] if m else meta[2] if meta else ""
+            self.calls.append(AccessCall(time.time(), secret, response.status_code))
         return response
+
+    def fail_next_get(self, code: int, status: str, message: str, *, times: int = 1) -> None:
+        """The next `times` secrets.get calls (metadata, not :access) get this error."""
+        self.faults.add(lambda r: bool(_SECRET.fullmatch(r.path)),
+                        lambda: _error(code, status, message), times)
+
+    def _get_secret(self, request: Request, m: re.Match[str]) -> Response:
+        """secrets.get: the Secret resource (its metadata; no payload)."""
+        project, secret = m[1], m[2]
+        if request.method != "GET":
+            return _error(404, "NOT_FOUND", "Method not found.")
+        if request.headers.get("Authorization") != f"Bearer {self.access_token}":
+            return _error(
+                401, "UNAUTHENTICATED", "Request had invalid authentication credentials. "
+                "Expected OAuth 2 access token, login cookie or other valid authentication "
+                "credential.",
+            )
+        if self.outage:
+            return _error(503, "UNAVAILABLE", "The service is currently unavailable.")
+        if project not in (self.project, PROJECT_NUMBER) or (
+                "secretmanager.secrets.get" in self.denied):
+            return _error(
+                403, "PERMISSION_DENIED", "Permission 'secretmanager.secrets.get' denied for "
+                f"resource 'projects/{project}/secrets/{secret}' (or it may not exist).",
+            )
+        with self._lock:
+            exists = secret in self.secrets
+        name = f"projects/{PROJECT_NUMBER}/secrets/{secret}"
+        if not exists:
+            return _error(404, "NOT_FOUND", f"Secret [{name}] not found.")
+        body = {"name": name, "replication": {"automatic": {}},
+                "createTime": "2025-01-01T00:00:00.000000Z", "etag": '"1617e0b4a3c2f0"'}
+        return Response(json.dumps(body), 200, mimetype="application/json")
 
     def _access(self, request: Request, m: re.Match[str]) -> Response:
         project, secret, version = m[1], m[2], m[3]

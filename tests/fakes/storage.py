@@ -13,6 +13,10 @@ Request shapes as documented:
         308 (Range: bytes=0-N) while incomplete; 200 and the object resource when complete.
   Uploads take `ifGenerationMatch` (0: only if no live object), checked when the session opens
   and when the object is finalized: 412 conditionNotMet otherwise.
+  GET   /storage/v1/b/BUCKET                               (buckets.get: the bucket resource;
+        404 notFound "The specified bucket does not exist."; 403 forbidden when
+        "storage.buckets.get" is in `denied`. `bucket` and every `add_bucket` name exist;
+        objects live in `bucket` only)
   PATCH /storage/v1/b/BUCKET/o/OBJECT                      (objects.patch; Content-Type
         application/json; the body holds the fields to change: only `customTime`, an RFC 3339
         timestamp, is supported, any other field is refused)
@@ -45,6 +49,8 @@ from .metadata import LoopbackServer, dropped
 
 _OBJECT_PATH = re.compile(r"/storage/v1/b/([^/]+)/o/([^/]+)")
 _UPLOAD_PATH = re.compile(r"/upload/storage/v1/b/([^/]+)/o")
+_BUCKET_PATH = re.compile(r"/storage/v1/b/([^/]+)")
+PROJECT_NUMBER = "123456789012"
 # RFC 3339 date-time (the JSON API's "datetime" format): seconds required, offset required.
 _RFC3339 = re.compile(
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[Zz]|[+-]\d\d:\d\d)")
@@ -98,7 +104,7 @@ class StorageCall:
 
     at: float
     method: str
-    kind: str  # "download", "metadata", "upload", "patch" or "other"
+    kind: str  # "download", "metadata", "upload", "patch", "bucket" or "other"
     name: str
     status: int
 
@@ -126,6 +132,8 @@ class FakeStorage:
         self.objects: dict[str, StoredObject] = {}
         self.calls: list[StorageCall] = []
         self.outage = False  # answer 503 backendError to everything
+        self.more_buckets: set[str] = set()  # buckets.get finds these too (add_bucket)
+        self.denied: set[str] = set()  # permissions the caller lacks ("storage.buckets.get")
         self.download_delay = 0.0  # seconds before answering a GET (a storage timeout)
         self.download_stall = 0.0  # a media download stops after half its bytes, this long
         self.before_finalize: list[Callable[[], None]] = []  # each runs once, then is dropped
@@ -153,6 +161,11 @@ class FakeStorage:
         with self._lock:
             self._generation += 1
             self.objects[name] = StoredObject(data, self._generation, content_type)
+
+    def add_bucket(self, name: str) -> None:
+        """Another bucket that buckets.get finds (it holds no objects here)."""
+        with self._lock:
+            self.more_buckets.add(name)
 
     def fail_next(self, code: int, reason: str = "backendError", *, kind: str | None = None,
                   times: int = 1, retry_after: str | None = None, html: bool = False,
@@ -224,6 +237,11 @@ class FakeStorage:
                 return ("upload_session", request.args.get("name", ""),
                         self._open_session(unquote(m[1]), request))
             return "upload", request.args.get("name", ""), self._upload(unquote(m[1]), request)
+        if m := _BUCKET_PATH.fullmatch(raw_path):
+            if request.method != "GET":
+                return "bucket", unquote(m[1]), _error(405, "methodNotAllowed",
+                                                       "Method Not Allowed")
+            return "bucket", unquote(m[1]), self._get_bucket(unquote(m[1]))
         if m := _OBJECT_PATH.fullmatch(raw_path):
             # The object name is ONE path segment: a raw "/" in it would not match above.
             name = unquote(m[2])
@@ -235,6 +253,30 @@ class FakeStorage:
             kind = "download" if alt == "media" else "metadata"
             return kind, name, self._get(unquote(m[1]), name, alt)
         return "other", "", _error(404, "notFound", "Not Found")
+
+    def _get_bucket(self, bucket: str) -> Response:
+        """buckets.get: the bucket resource, as the JSON API answers it."""
+        if "storage.buckets.get" in self.denied:
+            return _error(
+                403, "forbidden", "caller@example.iam.gserviceaccount.com does not have "
+                "storage.buckets.get access to the Google Cloud Storage bucket. Permission "
+                "'storage.buckets.get' denied on resource (or it may not exist).",
+            )
+        with self._lock:
+            exists = bucket == self.bucket or bucket in self.more_buckets
+        if not exists:
+            return _error(404, "notFound", "The specified bucket does not exist.")
+        resource = {
+            "kind": "storage#bucket", "id": bucket, "name": bucket,
+            "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
+            "projectNumber": PROJECT_NUMBER, "metageneration": "1", "location": "US-WEST4",
+            "storageClass": "STANDARD", "etag": "CAE=", "locationType": "region",
+            "timeCreated": "2025-01-01T00:00:00.000Z", "updated": "2025-01-01T00:00:00.000Z",
+            "iamConfiguration": {"uniformBucketLevelAccess": {"enabled": True},
+                                 "publicAccessPrevention": "enforced"},
+            "rpo": "DEFAULT",
+        }
+        return Response(json.dumps(resource), 200, mimetype="application/json")
 
     def _bucket_error(self, bucket: str) -> Response | None:
         if bucket != self.bucket:
@@ -468,6 +510,8 @@ def _kind_of(request: Request) -> str:
         if request.method == "PATCH":
             return "patch"
         return "download" if request.args.get("alt") == "media" else "metadata"
+    if _BUCKET_PATH.fullmatch(raw_path):
+        return "bucket"
     return "other"
 
 

@@ -105,3 +105,21 @@ def test_the_fake_storage_speaks_the_resumable_upload_protocol(storage: FakeStor
                          "&ifGenerationMatch=1", b"")[0] == 412
     assert _storage_call(storage, "POST", f"{base}?uploadType=resumable&name={name}", b"[1]",
                          {"Content-Type": "application/json"})[0] == 400
+
+
+def test_the_fake_storage_answers_buckets_get_as_documented(storage: FakeStorage) -> None:
+    storage.add_bucket("proj-tpuserve-weights")
+    for bucket in (storage.bucket, "proj-tpuserve-weights"):
+        status, _, body = _storage_call(storage, "GET", f"/storage/v1/b/{bucket}")
+        resource = json.loads(body)
+        assert status == 200 and resource["kind"] == "storage#bucket"
+        assert resource["name"] == resource["id"] == bucket
+    status, _, body = _storage_call(storage, "GET", "/storage/v1/b/nope-bucket")
+    error = json.loads(body)["error"]
+    assert status == 404 and error["errors"][0]["reason"] == "notFound"
+    assert error["message"] == "The specified bucket does not exist."
+    assert _storage_call(storage, "DELETE", f"/storage/v1/b/{storage.bucket}")[0] == 405
+    storage.denied.add("storage.buckets.get")
+    status, _, body = _storage_call(storage, "GET", f"/storage/v1/b/{storage.bucket}")
+    assert status == 403 and "Permission 'storage.buckets.get' denied" in body.decode()
+    assert [c.kind for c in storage.calls] == ["bucket"] * 5

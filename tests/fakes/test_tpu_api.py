@@ -86,3 +86,20 @@ def test_a_queued_resources_node_answers_on_v2_and_v2alpha1(api) -> None:
     spot = api.seed_node(PROJECT, ZONE, "tpuserve-spot", external_ip=None)
     listed = _get(api, f"v2/{REF.parent}/nodes").json()["nodes"]
     assert [n["name"] for n in listed] == [f"{REF.parent}/nodes/{QR_ID}", spot]
+
+
+def test_locations_list_answers_every_zone_paged(api) -> None:
+    api.locations = ["us-west4-a", "us-west4-b", "europe-west4-a"]
+    api.seed_node(PROJECT, "us-east5-a", "tpuserve-spot")  # a seeded zone is listed too
+    url = f"v2/projects/{PROJECT}/locations"
+    first = _get(api, f"{url}?pageSize=3").json()
+    assert first["locations"][0] == {"name": f"projects/{PROJECT}/locations/europe-west4-a",
+                                     "locationId": "europe-west4-a"}
+    second = _get(api, f"{url}?pageSize=3&pageToken={first['nextPageToken']}").json()
+    assert "nextPageToken" not in second
+    ids = [loc["locationId"] for loc in first["locations"] + second["locations"]]
+    assert ids == ["europe-west4-a", "us-east5-a", "us-west4-a", "us-west4-b"]
+    assert _get(api, f"v2alpha1/projects/{PROJECT}/locations").json()["locations"]
+    assert _get(api, f"{url}?filter=x").json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert _get(api, f"{url}?page_size=3").status_code == 400  # unknown query parameter
+    assert requests.get(f"{api.url}{url}", timeout=5).status_code == 401

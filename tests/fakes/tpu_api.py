@@ -942,3 +942,36 @@ def _page(items: list[dict[str, Any]], key: str, request: Request) -> dict[str, 
     if start + size < len(items):
         out["nextPageToken"] = str(start + size)
     return out
+
+
+# ---------------------------------------------------------------- locations.list
+# Kept apart from the routes above: GET /{v2,v2alpha1}/projects/P/locations answers
+# {"locations": [{"name": "projects/P/locations/ZONE", "locationId": "ZONE"}],
+#  "nextPageToken"} (the ListLocationsResponse of the REST reference), paged with
+# pageSize/pageToken. The zones are TPU_LOCATIONS (or `api.locations`, when a test sets it)
+# plus every zone a node or queued resource was seeded in.
+
+TPU_LOCATIONS = (
+    "asia-east1-c", "asia-northeast1-b", "europe-west4-a", "europe-west4-b", "us-central1-a",
+    "us-central1-b", "us-central2-b", "us-east1-c", "us-east1-d", "us-east5-a", "us-east5-b",
+    "us-south1-a", "us-west1-c", "us-west4-a", "us-west4-b",
+)
+
+
+def _h_list_locations(self: FakeTpuApi, g: dict[str, str], request: Request, body: Any,
+                      ) -> tuple[int, dict[str, Any]]:
+    if request.args.get("filter"):
+        raise _invalid("fake: locations.list's filter is not supported (refused, not ignored)")
+    zones = set(getattr(self, "locations", TPU_LOCATIONS))
+    for name in [*self.nodes, *self.queued_resources]:
+        if name.startswith(f"projects/{g['project']}/locations/"):
+            zones.add(name.split("/")[3])
+    items = [{"name": f"projects/{g['project']}/locations/{zone}", "locationId": zone}
+             for zone in sorted(zones)]
+    return 200, _page(items, "locations", request)
+
+
+FakeTpuApi._h_list_locations = _h_list_locations  # type: ignore[attr-defined]
+ROUTES.append(("GET", re.compile(rf"/{_V}/projects/(?P<project>[^/]+)/locations"),
+               "list_locations"))
+ALLOWED_QUERY["list_locations"] = {"filter", "pageSize", "pageToken", "extraLocationTypes"}

@@ -30,3 +30,7 @@ def api_root(service: str, default: str, environ: Mapping[str, str] | None = Non
             "URL like https://tpu.googleapis.com/ or http://127.0.0.1:8123/"
         )
     return root if root.endswith("/") else root + "/"
+# Cloud Storage's JSON API root as gcloud's override takes it (storage: https://HOST/storage/v1/,
+# as the boot script's lib.sh reads it); STORAGE_API above is the bare host.
+STORAGE_JSON_API = "https://storage.googleapis.com/storage/v1/"
+IAM_API = "https://iam.googleapis.com/"  # override: CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM

@@ -1,0 +1,403 @@
+"""The programs Terraform runs around a deployment's long-lived base (issue 13):
+`python -m tpuserve.base_check` runs `main` here.
+
+    python -m tpuserve.base_check preflight   # Terraform `external` data source protocol
+    python -m tpuserve.base_check teardown    # the base's destroy-time provisioner
+
+preflight: every serving stack runs it at plan time, so a missing base is one clear error
+before anything is created. stdin is the data source's query, a JSON object of strings:
+    project, deployment, region, base_command       required
+    secrets, buckets, service_accounts              comma-separated, may be empty
+It asks Secret Manager (secrets.get), Cloud Storage (buckets.get) and IAM
+(serviceAccounts.get) whether each exists. All there: stdout {"base": "ok", "checked": "<n>"},
+exit 0. Anything missing: ONE line on stderr naming all of it and `base_command`, exit 1;
+a 403: ONE line naming the permissions, exit 1.
+
+teardown: reads TPUSERVE_BASE_PROJECT, TPUSERVE_BASE_DEPLOYMENT, TPUSERVE_BASE_REGION (and
+TPUSERVE_BASE_FORCE). It lists the TPU nodes and queued resources of every zone of the region;
+those labelled managed-by=tpuserve and deployment=<deployment> belong to serving stacks still
+up: one line each on stderr (with `cdktf destroy <stack>`), a last line saying the base was not
+destroyed, exit 1. None: one line on stdout, exit 0. TPUSERVE_BASE_FORCE=1: the same lines as
+warnings, exit 0 (a listing that fails is then a warning too).
+
+Errors are one line on stderr (exit 1; bad input: exit 2), never a traceback. Calls go through
+the Google API edge (tpuserve.gcp.api): its endpoint overrides, credentials and retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.endpoints import IAM_API, SECRETMANAGER_API, STORAGE_JSON_API, TPU_API
+from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.tpu.listing import (
+    list_nodes,
+    list_queued_resources,
+    node_labels,
+    queued_resource_labels,
+    zones_in_region,
+)
+
+PROG = "python -m tpuserve.base_check"
+
+# preflight's query (Terraform's `external` data source sends strings only).
+REQUIRED_KEYS = ("project", "deployment", "region", "base_command")
+LIST_KEYS = ("secrets", "buckets", "service_accounts")
+
+# teardown's environment (the base stack's destroy provisioner sets them).
+ENV_PROJECT = "TPUSERVE_BASE_PROJECT"
+ENV_DEPLOYMENT = "TPUSERVE_BASE_DEPLOYMENT"
+ENV_REGION = "TPUSERVE_BASE_REGION"
+ENV_FORCE = "TPUSERVE_BASE_FORCE"
+
+# The labels every serving stack's TPU resources carry (Deployment.labels).
+MANAGED_BY = ("managed-by", "tpuserve")
+DEPLOYMENT_LABEL = "deployment"
+STACK_LABEL = "stack"
+
+# Project ids (also domain-scoped: example.com:proj), regions, deployment names: nothing that
+# could change the URL a name is put into.
+_PROJECT_RE = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
+_REGION_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+")
+_DEPLOYMENT_RE = re.compile(r"[a-z][a-z0-9-]{0,61}[a-z0-9]")
+
+
+class UsageError(Exception):
+    """Bad input (query, environment): one line, exit 2."""
+
+
+# ----------------------------------------------------------------------------- preflight
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of base resource preflight checks: how to GET one, and what a 403 lacks."""
+
+    key: str  # the query key listing them
+    noun: str  # "secret", "bucket", "service account"
+    service: str  # the edge's service name (endpoint override CLOUDSDK_API_ENDPOINT_..._<S>)
+    root: str
+    permission: str
+    pattern: re.Pattern[str]
+    path: Callable[[str, str], str]  # (project, name) -> path under the root
+
+
+KINDS = (
+    Kind("secrets", "secret", "secretmanager", SECRETMANAGER_API, "secretmanager.secrets.get",
+         re.compile(r"[A-Za-z0-9_-]{1,255}"), lambda p, n: f"v1/projects/{p}/secrets/{n}"),
+    Kind("buckets", "bucket", "storage", STORAGE_JSON_API, "storage.buckets.get",
+         re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"), lambda p, n: f"b/{n}"),
+    Kind("service_accounts", "service account", "iam", IAM_API, "iam.serviceAccounts.get",
+         re.compile(r"[a-z0-9][a-z0-9._+-]*@[a-z0-9][a-z0-9.-]*[a-z0-9]"),
+         lambda p, n: f"v1/projects/{p}/serviceAccounts/{n}"),
+)
+
+
+@dataclass(frozen=True)
+class Query:
+    project: str
+    deployment: str
+    region: str
+    base_command: str
+    names: dict[str, list[str]]  # Kind.key -> names, in the query's order, without repeats
+
+
+def parse_query(text: str) -> Query:
+    try:
+        query = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"preflight: stdin is not JSON ({exc})") from None
+    if not isinstance(query, dict):
+        raise UsageError("preflight: stdin must be a JSON object of strings "
+                         '(Terraform\'s external data source query), like {"project": ...}')
+    unknown = sorted(set(query) - set(REQUIRED_KEYS) - set(LIST_KEYS))
+    if unknown:
+        raise UsageError(f"preflight: unknown query key(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(REQUIRED_KEYS + LIST_KEYS)}")
+    not_str = sorted(k for k, v in query.items() if not isinstance(v, str))
+    if not_str:
+        raise UsageError(f"preflight: query value(s) of {', '.join(not_str)} must be strings")
+    missing = [k for k in REQUIRED_KEYS if not query.get(k, "").strip()]
+    if missing:
+        raise UsageError(f"preflight: the query lacks {', '.join(missing)}")
+    project, deployment, region = (query[k].strip() for k in ("project", "deployment", "region"))
+    _check_common(project, deployment, region, "preflight: query")
+    names: dict[str, list[str]] = {}
+    for kind in KINDS:
+        items = [n.strip() for n in query.get(kind.key, "").split(",") if n.strip()]
+        bad = [n for n in items if not kind.pattern.fullmatch(n)]
+        if bad:
+            raise UsageError(f"preflight: query {kind.key}: {bad[0]!r} is not a valid "
+                             f"{kind.noun} name")
+        names[kind.key] = list(dict.fromkeys(items))
+    return Query(project, deployment, region, " ".join(query["base_command"].split()), names)
+
+
+def _check_common(project: str, deployment: str, region: str, where: str) -> None:
+    if not _PROJECT_RE.fullmatch(project):
+        raise UsageError(f"{where}: project {project!r} is not a Google Cloud project id")
+    if not _DEPLOYMENT_RE.fullmatch(deployment):
+        raise UsageError(f"{where}: deployment {deployment!r} is not a deployment name "
+                         "(lowercase letters, digits, hyphens)")
+    if not _REGION_RE.fullmatch(region):
+        raise UsageError(f"{where}: region {region!r} is not a region (like us-west4)")
+
+
+@dataclass
+class PreflightResult:
+    checked: int
+    missing: list[tuple[Kind, str]]
+    denied: list[tuple[Kind, str]]
+    disabled: list[str] = field(default_factory=list)  # APIs not enabled (their things: missing)
+
+
+def service_disabled(exc: ApiError) -> bool:
+    """A 403 that says the API is not enabled in the project (SERVICE_DISABLED), not that the
+    caller lacks a permission: nothing of that API can exist there."""
+    return exc.code == 403 and (
+        "has not been used in project" in exc.message or "SERVICE_DISABLED" in exc.message
+    )
+
+
+def check_base(query: Query, apis: Mapping[str, GoogleApi]) -> PreflightResult:
+    """GET every named resource: present (200), missing (404) or not ours to see (403).
+    Anything else (after the edge's retries) raises ApiError."""
+    result = PreflightResult(0, [], [])
+    for kind in KINDS:
+        for name in query.names[kind.key]:
+            api = apis[kind.service]
+            try:
+                api.request("GET", kind.path(query.project, name),
+                            action=f"get {kind.noun} {name}")
+            except ApiError as exc:
+                if exc.code == 404:
+                    result.missing.append((kind, name))
+                elif service_disabled(exc):
+                    result.missing.append((kind, name))
+                    api_name = f"{kind.service}.googleapis.com"
+                    if api_name not in result.disabled:
+                        result.disabled.append(api_name)
+                elif exc.code == 403:
+                    result.denied.append((kind, name))
+                else:
+                    raise
+            result.checked += 1
+    return result
+
+
+def _grouped(items: Sequence[tuple[Kind, str]]) -> str:
+    """"secret a, b, bucket c": each kind once, in KINDS order, names in query order."""
+    parts = []
+    for kind in KINDS:
+        names = [n for k, n in items if k is kind]
+        if names:
+            parts.append(f"{kind.noun} {', '.join(names)}")
+    return ", ".join(parts)
+
+
+def preflight_message(query: Query, result: PreflightResult) -> str | None:
+    """The one line a failed preflight prints (without the 'tpuserve: ' prefix), or None."""
+    where = (f"the base of deployment '{query.deployment}' in project '{query.project}' "
+             f"(region {query.region})")
+    if result.denied:
+        permissions = ", ".join(dict.fromkeys(k.permission for k, _ in result.denied))
+        also = f"; missing: {_grouped(result.missing)}" if result.missing else ""
+        return (f"cannot check {where}: permission denied ({permissions}) on "
+                f"{_grouped(result.denied)}{also}: grant your account {permissions} in project "
+                f"'{query.project}' (or check the project id), then plan again")
+    if result.missing:
+        off = (f" (not enabled in the project: {', '.join(result.disabled)})"
+               if result.disabled else "")
+        return (f"the base of deployment '{query.deployment}' is not deployed in project "
+                f"'{query.project}' (region {query.region}): missing {_grouped(result.missing)}"
+                f"{off}. Create it first: {query.base_command}")
+    return None
+
+
+def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str],
+              apis: Mapping[str, GoogleApi]) -> int:
+    try:
+        text = stdin.read()
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"preflight: stdin is not UTF-8 text ({exc.reason})") from None
+    query = parse_query(text)
+    result = check_base(query, apis)
+    message = preflight_message(query, result)
+    if message is not None:
+        print(f"tpuserve: {message}", file=stderr)
+        return 1
+    json.dump({"base": "ok", "checked": str(result.checked)}, stdout)
+    stdout.write("\n")
+    return 0
+
+
+# ----------------------------------------------------------------------------- teardown
+
+
+@dataclass(frozen=True)
+class Survivor:
+    """A TPU resource of a serving stack of this deployment that is still there."""
+
+    kind: str  # "node" or "queued resource"
+    name: str
+    zone: str
+    state: str
+    stack: str  # its `stack` label ("" when it has none)
+
+    def line(self) -> str:
+        what = f"{self.kind} {self.name} ({self.state})"
+        if self.stack:
+            return (f"serving stack '{self.stack}' is still up: {what}; remove it with "
+                    f"`cdktf destroy {self.stack}`")
+        short = self.name.rsplit("/", 1)[-1]
+        command = (f"gcloud compute tpus tpu-vm delete {short} --zone {self.zone}"
+                   if self.kind == "node" else
+                   f"gcloud compute tpus queued-resources delete {short} --zone {self.zone} "
+                   "--force")
+        return f"a serving stack's {what} has no stack label; remove it with `{command}`"
+
+
+def _state(raw: Mapping[str, Any]) -> str:
+    state = raw.get("state")
+    if isinstance(state, dict):  # a QR: {"state": {"state": "ACTIVE", ...}}
+        state = state.get("state")
+    return str(state or "STATE_UNSPECIFIED")
+
+
+def _ours(labels: Mapping[str, str], deployment: str) -> bool:
+    return labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(DEPLOYMENT_LABEL) == deployment
+
+
+def survivors(api: GoogleApi, project: str, region: str, deployment: str) -> list[Survivor]:
+    """Every node and queued resource of `deployment` in the zones of `region`, sorted."""
+    found: list[Survivor] = []
+    for zone in zones_in_region(api, project, region):
+        for node in list_nodes(api, project, zone):
+            labels = node_labels(node)
+            if _ours(labels, deployment):
+                found.append(Survivor("node", str(node.get("name", "")), zone, _state(node),
+                                      labels.get(STACK_LABEL, "")))
+        for qr in list_queued_resources(api, project, zone):
+            labels = queued_resource_labels(qr)
+            if _ours(labels, deployment):
+                found.append(Survivor("queued resource", str(qr.get("name", "")), zone,
+                                      _state(qr), labels.get(STACK_LABEL, "")))
+    return sorted(found, key=lambda s: (s.stack, s.zone, s.kind != "queued resource", s.name))
+
+
+def teardown(environ: Mapping[str, str], stdout: IO[str], stderr: IO[str],
+             api: GoogleApi) -> int:
+    project, deployment, region = (environ.get(k, "").strip()
+                                   for k in (ENV_PROJECT, ENV_DEPLOYMENT, ENV_REGION))
+    unset = [k for k, v in ((ENV_PROJECT, project), (ENV_DEPLOYMENT, deployment),
+                            (ENV_REGION, region)) if not v]
+    if unset:
+        raise UsageError(f"teardown: {', '.join(unset)} unset (the base stack's destroy "
+                         "provisioner sets them)")
+    _check_common(project, deployment, region, "teardown")
+    force_raw = environ.get(ENV_FORCE, "").strip()
+    if force_raw not in ("", "0", "1"):
+        raise UsageError(f"teardown: {ENV_FORCE} = {force_raw!r}: 1 destroys the base even "
+                         "with serving stacks up, 0 or unset does not")
+    force = force_raw == "1"
+    where = f"deployment '{deployment}' in project '{project}' ({region})"
+    try:
+        found = survivors(api, project, region, deployment)
+    except ApiError as exc:
+        if service_disabled(exc):  # no TPU resource can exist there
+            print(f"tpuserve: the TPU API is not enabled in project '{project}': no serving "
+                  f"stack of deployment '{deployment}' can be up; the base may go", file=stdout)
+            return 0
+        if not force:
+            raise
+        print(f"tpuserve: warning: could not list the serving stacks of {where} ({exc}); "
+              f"{ENV_FORCE}=1: destroying the base anyway", file=stderr)
+        return 0
+    if not found:
+        print(f"tpuserve: no serving stack of deployment '{deployment}' in {region}: the base "
+              "may go", file=stdout)
+        return 0
+    prefix = "tpuserve: warning: " if force else "tpuserve: "
+    for survivor in found:
+        print(f"{prefix}{survivor.line()}", file=stderr)
+    n = len(found)
+    resources = f"{n} TPU resource{'s' if n != 1 else ''}"
+    if force:
+        print(f"{prefix}{ENV_FORCE}=1: destroying the base of {where} anyway; the {resources} "
+              "above lose their network, service accounts and secrets (and keep billing until "
+              "destroyed)", file=stderr)
+        return 0
+    print(f"tpuserve: the base of {where} was NOT destroyed: {resources} of its serving "
+          f"stacks are still up; destroy them first (commands above), or set {ENV_FORCE}=1 to "
+          "destroy the base anyway", file=stderr)
+    return 1
+
+
+# ----------------------------------------------------------------------------- CLI
+
+USAGE = f"""usage: {PROG} preflight|teardown
+
+  preflight  Terraform external data source: stdin {{"project", "deployment", "region",
+             "base_command", "secrets", "buckets", "service_accounts"}} (strings; the lists
+             comma-separated); stdout {{"base": "ok", "checked": "<n>"}}
+  teardown   the base's destroy guard: ${ENV_PROJECT}, ${ENV_DEPLOYMENT}, ${ENV_REGION}
+             (${ENV_FORCE}=1: warn instead of refusing)
+
+Exit: 0 ok; 1 base missing / serving stacks up / API error (one line on stderr); 2 bad input."""
+
+
+def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
+    """One edge client per service (endpoint overrides and TPUSERVE_TIME_SCALE honoured)."""
+    try:
+        apis = {kind.service: GoogleApi(kind.service, kind.root, environ=environ)
+                for kind in KINDS}
+        apis["tpu"] = GoogleApi("tpu", TPU_API, environ=environ)
+    except ValueError as exc:  # a malformed endpoint override or TPUSERVE_TIME_SCALE
+        raise UsageError(str(exc)) from None
+    return apis
+
+
+def main(
+    argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None,
+    stdin: IO[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None,
+    apis: Mapping[str, GoogleApi] | None = None,
+) -> int:
+    env = os.environ if environ is None else environ
+    args = list(sys.argv[1:] if argv is None else argv)
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    if args in (["-h"], ["--help"]):
+        print(USAGE, file=out)
+        return 0
+    try:
+        if len(args) != 1 or args[0] not in ("preflight", "teardown"):
+            raise UsageError(f"expected one command, preflight or teardown (got "
+                             f"{' '.join(args) or 'none'}); see {PROG} --help")
+        clients = apis if apis is not None else make_apis(env)
+        if args[0] == "preflight":
+            return preflight(stdin or sys.stdin, out, err, clients)
+        return teardown(env, out, err, clients["tpu"])
+    except UsageError as exc:
+        print(f"tpuserve: {exc}", file=err)
+        return 2
+    except ApiError as exc:
+        print(f"tpuserve: {args[0]}: {exc}", file=err)
+        return 1
+    except KeyboardInterrupt:
+        print("tpuserve: interrupted", file=err)
+        return 130
+    except Exception as exc:  # Terraform shows stderr: one line, never a traceback
+        detail = " ".join(str(exc).split())[:300]
+        print(f"tpuserve: {args[0] if args else PROG}: unexpected {type(exc).__name__}: "
+              f"{detail}", file=err)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
