@@ -16,8 +16,8 @@ from tpuserve.facts import (
     CHECKPOINT_GIB,
     COMPILE_CACHE_BYTES,
     GCS_STANDARD_USD_PER_GIB_MONTH,
-    GiB,
     SECRET_VERSION_USD_PER_MONTH,
+    GiB,
 )
 
 

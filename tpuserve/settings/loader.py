@@ -21,12 +21,11 @@ from pydantic import ValidationError
 
 from tpuserve.paths import DEFAULT_CONFIG
 from tpuserve.settings.base import STACK_NAMES, ConfigError
+from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
-from tpuserve.settings.sections import StackSettings
+from tpuserve.settings.sections import CacheSettings, GcpSettings, StackSettings, StateSettings
 from tpuserve.settings.string_rules import shown
-from tpuserve.settings.base_stack import BASE_STACK, Base
-from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
 from tpuserve.settings.warnings import deployment_warnings
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
 
 from tpuserve.facts import (
     FLEX_ZONES_GOOD,
