@@ -60,10 +60,49 @@ def test_a_relative_geometry_in_a_stack_table_is_anchored_too(tmp_path: Path) ->
     assert loaded["spot"].capacity.geometry_path == GEOMETRY.resolve()  # the default's config/
 
 
-def test_warnings_name_their_stack_and_shared_ones_come_last() -> None:
-    warnings = load({}).warnings
-    assert warnings, "the default config warns that stacks share the network"
-    per_stack = [w for w in warnings if w.startswith("[")]
-    shared = [w for w in warnings if not w.startswith("[")]
-    assert warnings == per_stack + shared
-    assert any("each create the network" in w for w in shared)
+def test_the_default_config_loads_quietly_with_its_base() -> None:
+    loaded = load({})
+    # The stacks used to warn that each created the deployment's network: the base holds it.
+    assert loaded.warnings == []
+    assert loaded.base is not None and loaded.base.deployment == "tpuserve"
+    assert {d.base for d in loaded.deployments.values()} == {loaded.base}
+
+
+def test_warnings_name_their_stack(tmp_path: Path) -> None:
+    env = _user_config(tmp_path, '[vllm]\nkv_cache_dtype = "fp8"\n')
+    warnings = load(env).warnings
+    assert [w.split("]")[0] for w in warnings] == ["[spot", "[ondemand", "[flex"]
+
+
+@pytest.mark.parametrize(("table", "setting"), [
+    ('[stacks.flex.gcp]\nzone = "us-central1-a"', "region of gcp.zone = 'us-central1'"),
+    ('[stacks.flex.gcp]\ndeployment = "other"', "gcp.deployment = 'other'"),
+    ('[stacks.flex.gcp]\nproject = "another-project"', "gcp.project = 'another-project'"),
+    ('[stacks.flex.gcp]\nnetwork = "my-vpc"', "gcp.network = 'my-vpc'"),
+    ('[stacks.flex.cache]\nretention_days = 3', "cache.retention_days = 3"),
+    ('[stacks.flex.state]\ngcs_bucket = "my-tfstate"', "state.gcs_bucket = 'my-tfstate'"),
+])
+def test_a_stack_that_moves_off_its_base_is_refused(tmp_path: Path, table: str,
+                                                     setting: str) -> None:
+    env = _user_config(tmp_path, table + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load(env)
+    [msg] = exc.value.problems
+    assert msg.startswith(f"[flex] {setting}: must be the base's ")
+    assert "the `base` stack holds" in msg and "TPUSERVE_CONFIG" in msg
+
+
+def test_another_zone_of_the_bases_region_is_fine(tmp_path: Path) -> None:
+    env = _user_config(tmp_path, '[stacks.spot.gcp]\nzone = "us-west4-b"\n')
+    loaded = load(env)
+    assert loaded.deployments["spot"].gcp.zone == "us-west4-b"
+    assert loaded.deployments["spot"].base == loaded.base
+
+
+def test_a_whole_config_moved_to_another_region_and_deployment_is_its_own_base(
+        tmp_path: Path) -> None:
+    env = _user_config(tmp_path, '[gcp]\nzone = "us-central1-a"\ndeployment = "dev"\n')
+    base = load(env).base
+    assert (base.region, base.deployment, base.cache_bucket) == (
+        "us-central1", "dev", "tpuserve-placeholder-dev-xla-cache")
+    assert base.local_state("flex") == "terraform.dev.flex.tfstate"

@@ -10,19 +10,20 @@ from tpuserve.settings.warnings import deployment_warnings
 
 def test_by_default_the_deployment_names_a_network_and_subnet_of_its_own() -> None:
     for d in ok().values():
-        assert d.gcp.network is None and d.creates_network
+        assert d.gcp.network is None and d.base.creates_network
         assert (d.network_name, d.subnet_name) == ("tpuserve-net", "tpuserve-net-us-west4")
         assert d.guard_queue == ("projects/tpuserve-placeholder/locations/us-west4/queues/"
                                  "tpuserve-guard")
         assert not any("gcp.network" in w for w in deployment_warnings(d))
     other = ok(gcp={"deployment": "team-a", "zone": "us-central1-a"})["flex"]
     assert (other.network_name, other.subnet_name) == ("team-a-net", "team-a-net-us-central1")
-    assert other.guard_service_account_id == "team-a-guard"
+    assert other.base.guard_service_account_id == "team-a-guard"
 
 
 def test_a_network_the_user_brings_creates_none_and_default_warns() -> None:
     mine = ok(gcp={"network": "my-vpc"})["spot"]
-    assert (mine.network_name, mine.subnet_name, mine.creates_network) == ("my-vpc", None, False)
+    assert (mine.network_name, mine.subnet_name, mine.base.creates_network) == (
+        "my-vpc", None, False)
     assert not any("gcp.network" in w for w in deployment_warnings(mine))
     default = ok(gcp={"network": "default"})["spot"]
     [warning] = [w for w in deployment_warnings(default) if w.startswith("gcp.network")]
@@ -61,20 +62,6 @@ def test_max_run_hours_is_bounded_by_the_cloud_tasks_schedule() -> None:
     assert msg.startswith("[spot] stack.max_run_hours = 721")
     assert "at most 720" in msg and "30 days ahead" in msg
     assert ok(stack_spot={"max_run_hours": 720})["spot"].stack.max_run_hours == 720
-
-
-def test_stacks_that_would_each_create_the_deployments_resources_are_warned() -> None:
-    from tpuserve.settings import from_raw, load_raw
-    from tpuserve.settings.warnings import shared_resource_warnings
-
-    raw = load_raw(environ={})
-    both, guard = shared_resource_warnings(from_raw(raw).deployments)
-    assert both.startswith("stacks spot, ondemand, flex each create the network tpuserve-net")
-    assert guard.startswith("stacks spot, ondemand each create the billing-guard account")
-    assert "[stacks.NAME.gcp] deployment" in both
-    raw["stacks"]["ondemand"] = {**raw["stacks"]["ondemand"], "gcp": {"deployment": "od"}}
-    raw["stacks"]["flex"] = {**raw["stacks"]["flex"], "gcp": {"network": "my-vpc"}}
-    assert shared_resource_warnings(from_raw(raw).deployments) == []
 
 
 def test_the_default_network_warns_by_name_or_by_path() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from stacks.flex import spec_sha256
+from stacks.flex import metadata_sha256, spec_sha256
 from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render.boot_script import render_startup
@@ -94,10 +94,15 @@ def test_the_queued_resource_carries_the_whole_body(flex) -> None:
     assert "$${" in json.dumps(qr["input"]["body"])  # the bash script's ${...} are escaped
     assert qr["triggers_replace"] == {"spec_sha256": spec_sha256(QR, body),
                                       "generation": PROBE_REF}
-    assert doc["resource"]["terraform_data"]["queued_resource"]["depends_on"][:2] == [
-        "google_service_account.service_account",
-        "google_secret_manager_secret_iam_member.hf_token_secret_accessor",
-    ]
+    # Nothing is created before the plan-time check that the base exists.
+    assert qr["depends_on"] == ["data.external.base_preflight", "data.external.qr_probe"]
+    # The node's metadata converges apart from the QR: a new boot script is no new QR.
+    meta = doc["resource"]["terraform_data"]["node_metadata"]
+    assert meta["triggers_replace"] == {"metadata_sha256": metadata_sha256(body),
+                                        "queued_resource": "${terraform_data.queued_resource.id}"}
+    assert untemplate_all(meta["input"]["body"]) == body
+    [step] = meta["provisioner"]
+    assert step["local-exec"]["command"].endswith("-m tpuserve.queued_resource converge")
 
 
 def test_provisioners_read_only_self(flex) -> None:
@@ -315,12 +320,12 @@ def test_a_429_burst_while_terraform_creates_still_ends_in_one_active_qr(
 def test_a_body_too_big_for_the_environment_is_refused_at_synth(
     flex, monkeypatch, tmp_path: Path
 ) -> None:
-    import stacks.base
+    import stacks.serving
     from stacks.cdk import App
     from stacks.flex import FlexStack
 
     d, _ = flex["base"]
-    monkeypatch.setattr(stacks.base, "render_startup", lambda _d: "#!/bin/bash\n" + "x" * 100_000)
+    monkeypatch.setattr(stacks.serving, "render_startup", lambda _d: "#!/bin/bash\n" + "x" * 100_000)
     with pytest.raises(ValueError, match=r"body is 100,\d{3} characters: at most 100,000"):
         FlexStack(App(outdir=str(tmp_path)), d)  # no outdir: it would land in the repo
 

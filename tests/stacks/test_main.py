@@ -47,7 +47,7 @@ def test_warnings_are_printed_and_synth_proceeds(tmp_path, monkeypatch, capsys) 
     err = capsys.readouterr().err
     assert err.count("warning: [") == 3 and "1.000x" in err
     assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
-        "flex", "ondemand", "spot"]
+        "base", "flex", "ondemand", "spot"]
 
 
 @pytest.mark.parametrize(("toml", "needle"), [
