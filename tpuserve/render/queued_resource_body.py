@@ -152,3 +152,20 @@ def spec_differences(wanted: object, actual: object, path: str = "") -> list[str
     if wanted != actual:
         return [f"{path}: {_short(actual)}, want {_short(wanted)}"]
     return []
+
+
+def body_metadata(body: Mapping[str, Any]) -> dict[str, str]:
+    """The node metadata the body asks for (tpu.nodeSpec[0].node.metadata; {} when none): what
+    can change on a running node in place (TPU API nodes.patch, updateMask=metadata)."""
+    specs = body.get("tpu", {}).get("nodeSpec") or [{}]
+    return dict(specs[0].get("node", {}).get("metadata") or {})
+
+
+def body_without_metadata(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `body` without any node's metadata: what only a new queued resource can
+    change (the flex stack hashes it to decide a replacement; `body_metadata` is the rest)."""
+    out = copy.deepcopy(dict(body))
+    for spec in out.get("tpu", {}).get("nodeSpec") or []:
+        if isinstance(spec, dict) and isinstance(spec.get("node"), dict):
+            spec["node"].pop("metadata", None)
+    return out
