@@ -1,4 +1,5 @@
-"""`python -m tpuserve.queued_resource create|delete|probe|describe`: the flex stack's provisioners.
+"""`python -m tpuserve.queued_resource create|delete|probe|describe|converge`: the flex stack's
+provisioners.
 
 The name is written into deployed stacks' Terraform (and the README), so it stays; the code is
 in tpuserve.gcp.provisioner.

@@ -103,3 +103,66 @@ def test_locations_list_answers_every_zone_paged(api) -> None:
     assert _get(api, f"{url}?filter=x").json()["error"]["status"] == "INVALID_ARGUMENT"
     assert _get(api, f"{url}?page_size=3").status_code == 400  # unknown query parameter
     assert requests.get(f"{api.url}{url}", timeout=5).status_code == 401
+
+
+NODE_PATH = f"v2/{REF.parent}/nodes/{QR_ID}"
+
+
+def _patch(api: FakeTpuApi, node: object, mask: str | None = "metadata",
+           path: str = NODE_PATH) -> requests.Response:
+    return requests.patch(f"{api.url}{path}",
+                          params={"updateMask": mask} if mask is not None else None, json=node,
+                          headers={"Authorization": f"Bearer {api.token}"}, timeout=5)
+
+
+@pytest.mark.parametrize(("mask", "node", "message"), [
+    (None, {"metadata": {"a": "b"}}, "update_mask is required"),
+    ("", {"metadata": {"a": "b"}}, "update_mask is required"),
+    ("metadata,colour", {"metadata": {"a": "b"}}, "'colour' is not a field of Node"),
+    ("acceleratorType", {"acceleratorType": "v5litepod-4"}, "'acceleratorType' cannot be updated"),
+    ("state", {"metadata": {}}, "'state' cannot be updated"),
+    ("metadata", {"metadata": {"a": 1}}, "Invalid value at 'node.metadata' (map<string, string>)"),
+    ("metadata", {"metadata": ["a"]}, "(map<string, string>)"),
+    ("metadata", {"metadata": {}, "state": "READY"}, "output-only field(s) state"),
+    ("metadata", {"metadata": {}, "name": "projects/x/locations/y/nodes/z"}, "does not match"),
+    ("metadata", {"meta_data": {}}, 'Unknown name "meta_data"'),
+    ("metadata", ["metadata"], "a Node object is required"),
+])
+def test_a_node_patch_takes_only_the_documented_shape(api, mask, node, message) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body())
+    before = api.node_json(QR_ID)
+    resp = _patch(api, node, mask)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and message in error["message"]
+    assert api.node_json(QR_ID) == before and not api.operations
+
+
+def test_a_node_patch_answers_an_operation_and_lands_when_it_is_done(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script="old"))
+    new = {"startup-script": "new", "enable-oslogin": "TRUE"}
+    op = _patch(api, {"name": f"{REF.parent}/nodes/{QR_ID}", "metadata": new}).json()
+    assert op["done"] is False and op["metadata"]["verb"] == "update"
+    assert op["metadata"]["target"] == f"{REF.parent}/nodes/{QR_ID}"
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": "old"}  # not yet
+    op = _get(api, f"v2/{op['name']}").json()
+    assert op["done"] is True and op["response"]["metadata"] == new
+    assert api.node_json(QR_ID)["metadata"] == new
+    # The whole map is replaced; the queued resource keeps the spec it was created with.
+    assert api.queued_resource(QR_ID)["tpu"]["nodeSpec"][0]["node"]["metadata"] == {
+        "startup-script": "old"}
+    # A field in the mask but not in the body is cleared; others stay.
+    api.patch_reads_until_done = 0
+    assert _patch(api, {}, "metadata,labels").json()["done"] is True
+    node = api.node_json(QR_ID)
+    assert "metadata" not in node and "labels" not in node and node["tags"] == [QR_ID]
+
+
+def test_a_node_patch_of_a_missing_node_or_a_failed_operation_changes_nothing(api) -> None:
+    assert _patch(api, {"metadata": {}}).status_code == 404
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script="old"))
+    api.fail_next_patch_operation(13, "fake: internal error")
+    op = _patch(api, {"metadata": {"startup-script": "new"}}).json()
+    assert op["done"] is True and op["error"]["message"] == "fake: internal error"
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": "old"}
+    assert _patch(api, {"metadata": {}}, path=f"v2alpha1/{REF.parent}/nodes/{QR_ID}").ok

@@ -24,6 +24,9 @@ Usage:
 
 State chain: CREATING -> ACCEPTED -> WAITING_FOR_RESOURCES -> PROVISIONING -> ACTIVE ->
 SUSPENDING -> SUSPENDED; DELETING -> (gone). PROVISIONING refuses deletion (FAILED_PRECONDITION).
+A node takes nodes.patch (updateMask: description, tags, labels, metadata,
+networkConfig.enable_external_ips); the change lands when its operation is done (after
+`patch_reads_until_done` reads), on the node only: its queued resource keeps its spec.
 No sleeps anywhere: time only moves when the clock says so.
 """
 
@@ -113,6 +116,16 @@ QUEUED_RESOURCE = {
     "runDuration": {"maxRunDuration": "duration", "terminationTime": "timestamp"},
 }
 QR_OUTPUT_ONLY = frozenset({"name", "createTime", "state"})
+# nodes.patch's updateMask: "Supported fields: [description, tags, labels, metadata,
+# networkConfig.enable_external_ips]" (a FieldMask's JSON form is camelCase; both spellings
+# of the nested one are accepted).
+NODE_PATCHABLE = {
+    "description": ("description",), "tags": ("tags",), "labels": ("labels",),
+    "metadata": ("metadata",),
+    "networkConfig.enableExternalIps": ("networkConfig", "enableExternalIps"),
+    "networkConfig.enable_external_ips": ("networkConfig", "enableExternalIps"),
+    "network_config.enable_external_ips": ("networkConfig", "enableExternalIps"),
+}
 GUEST_ATTRIBUTES_REQUEST = {"queryPath": "str", "workerIds": ["str"]}
 MAX_FLEX_RUN_S = 7 * 24 * 3600  # flex-start lasts at most 7 days
 _ID_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -359,6 +372,7 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(rf"/{_V}/{_LOC}/nodes"), "list_nodes"),
     ("GET", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+)"), "get_node"),
     ("DELETE", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+)"), "delete_node"),
+    ("PATCH", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+)"), "patch_node"),
     ("POST", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+):getGuestAttributes"),
      "guest_attributes"),
 ]
@@ -369,6 +383,7 @@ ALLOWED_QUERY = {
     "delete_qr": {"force", "requestId"},
     "delete_node": {"requestId"},
     "list_nodes": {"pageSize", "pageToken"},
+    "patch_node": {"updateMask", "requestId"},
 }
 
 
@@ -400,6 +415,10 @@ class FakeTpuApi:
         self._faults: list[Fault] = []
         self._stopping = threading.Event()  # ends a stall early: stop() stays fast
         self._create_errors: list[dict[str, Any]] = []
+        self._patch_errors: list[dict[str, Any]] = []
+        # How many reads of a nodes.patch operation answer done=false before it is applied
+        # (the change lands when the operation is done, as the real API reports it).
+        self.patch_reads_until_done = 1
         # How a delete of a PROVISIONING QR is refused: (HTTP code, status; "" = no status
         # field). The docs promise no exact shape: 400, 409 and 412 have all been seen.
         self.provisioning_delete_refusal: tuple[int, str] = (400, "FAILED_PRECONDITION")
@@ -563,6 +582,17 @@ class FakeTpuApi:
         """The next create is accepted but its operation ends with this google.rpc error."""
         with self._lock:
             self._create_errors.append({"code": code, "message": message})
+
+    def fail_next_patch_operation(self, code: int, message: str) -> None:
+        """The next nodes.patch is accepted but its operation ends with this google.rpc error
+        (and changes nothing)."""
+        with self._lock:
+            self._patch_errors.append({"code": code, "message": message})
+
+    def node_json(self, node: str) -> dict[str, Any]:
+        """A node as GET nodes/N answers it on v2 (by full name or id)."""
+        with self._lock:
+            return self._node(node).json("v2")
 
     # -- inspection
 
@@ -915,6 +945,84 @@ class FakeTpuApi:
             g["project"], g["zone"], "delete", name, g["v"], lambda: name not in self.nodes,
             lambda: {"@type": "type.googleapis.com/google.protobuf.Empty"},
         )
+
+    def _h_patch_node(self, g: dict[str, str], request: Request, body: Any,
+                      ) -> tuple[int, dict[str, Any]]:
+        """nodes.patch: updateMask names what changes (a field in the mask but not in the body
+        is cleared); the answer is an Operation, and the change lands when it is done."""
+        mask = [p.strip() for p in request.args.get("updateMask", "").split(",") if p.strip()]
+        if not mask:
+            raise _invalid("Invalid argument: update_mask is required; supported fields: "
+                           f"{', '.join(sorted(NODE_PATCHABLE))}.")
+        for path in mask:
+            if path not in NODE_PATCHABLE:
+                known = path.split(".")[0] in NODE or path.split(".")[0] in NODE_OUTPUT_ONLY
+                raise _invalid(
+                    f"Invalid argument: update_mask field '{path}' "
+                    + ("cannot be updated" if known else "is not a field of Node")
+                    + f"; supported fields: {', '.join(sorted(NODE_PATCHABLE))}."
+                )
+        if not isinstance(body, dict):
+            raise _invalid("Invalid JSON payload received: a Node object is required.")
+        name = f"projects/{g['project']}/locations/{g['zone']}/nodes/{g['id']}"
+        if "name" in body and body["name"] != name:
+            raise _invalid(f"Invalid argument: node.name {body['name']!r} does not match the "
+                           f"URL's {name!r}.")
+        # Stricter than the real API (which ignores them): output-only fields have no place in
+        # an update, so a client that sends them is echoing a GET back.
+        extra = sorted(k for k in body if k in NODE_OUTPUT_ONLY and k != "name")
+        if extra:
+            raise _invalid(f"Invalid argument: output-only field(s) {', '.join(extra)} in the "
+                           "update (fake policy: send only the fields in update_mask).")
+        _check({k: v for k, v in body.items() if k != "name"}, NODE, "node")
+        node = self._existing_node(g)
+        if node.state == "DELETING":
+            raise ApiFault(400, "FAILED_PRECONDITION",
+                           f"Node '{name}' is being deleted and cannot be updated.")
+        if self._patch_errors:
+            error = self._patch_errors.pop(0)
+            return 200, self._operation(g["project"], g["zone"], "update", name, g["v"],
+                                        lambda: True, dict, error)
+        fields = [NODE_PATCHABLE[p] for p in mask]
+        reads = [self.patch_reads_until_done]
+        applied: list[bool] = []
+
+        def done() -> bool:
+            if not applied:
+                if reads[0] > 0:
+                    reads[0] -= 1
+                    return False
+                if name in self.nodes:
+                    self._apply_patch(self.nodes[name], body, fields)
+                applied.append(True)
+            return True
+
+        def response() -> dict[str, Any]:
+            typ = {"@type": f"type.googleapis.com/google.cloud.tpu.{g['v']}.Node"}
+            live = self.nodes.get(name)
+            return {**typ, **(live.json(g["v"]) if live else {"name": name})}
+
+        # The answer itself counts as the first read of the operation.
+        return 200, self._operation(g["project"], g["zone"], "update", name, g["v"], done,
+                                    response)
+
+    @staticmethod
+    def _apply_patch(node: _Node, body: dict[str, Any], fields: list[tuple[str, ...]]) -> None:
+        # A fresh spec: the node's spec may be its queued resource's body (which keeps what it
+        # was created with; only the node changes).
+        spec = json.loads(json.dumps(node.spec))
+        for path in fields:
+            src: Any = body
+            for key in path[:-1]:
+                src = src.get(key, {}) if isinstance(src, dict) else {}
+            dst = spec
+            for key in path[:-1]:
+                dst = dst.setdefault(key, {})
+            if isinstance(src, dict) and path[-1] in src:
+                dst[path[-1]] = json.loads(json.dumps(src[path[-1]]))
+            else:
+                dst.pop(path[-1], None)  # in the mask, not in the body: cleared
+        node.spec = spec
 
     def _h_guest_attributes(self, g: dict[str, str], request: Request, body: Any,
                             ) -> tuple[int, dict[str, Any]]:

@@ -40,3 +40,15 @@ def test_delete_node(api, client) -> None:
     missing, deleted = api.calls("DELETE")  # the first one found nothing (404)
     assert deleted.path == missing.path == (
         f"/v2/projects/{PROJECT}/locations/{ZONE}/nodes/{spot.node_name}")
+
+
+def test_node_metadata_and_its_in_place_update(api, client) -> None:
+    name = f"projects/{PROJECT}/locations/{ZONE}/nodes/{QR_ID}"
+    assert client.node_metadata(name) is None
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script="old"))
+    assert client.node_metadata(name) == {"startup-script": "old"}
+    client.update_node_metadata(name, {"startup-script": "new", "k": "v"})
+    assert client.node_metadata(name) == {"startup-script": "new", "k": "v"}
+    [patch] = api.calls("PATCH")
+    assert patch.path == f"/v2/{name}" and patch.query["updateMask"] == "metadata"
+    assert patch.body == {"metadata": {"startup-script": "new", "k": "v"}}

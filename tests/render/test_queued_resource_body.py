@@ -12,6 +12,8 @@ from tests.gcp.tpu_support import REF, body
 from tpuserve.render.queued_resource_body import (
     GENERATION_LABEL,
     BodyError,
+    body_metadata,
+    body_without_metadata,
     build_body,
     check_body,
     spec_differences,
@@ -103,3 +105,18 @@ def test_spec_differences() -> None:
     diffs = spec_differences(body(), other)
     assert diffs[0] == "runDuration.maxRunDuration: '7200s', want '14400s'"
     assert diffs[1].startswith("tpu.nodeSpec[0].node.metadata.startup-script: <112 chars, sha256")
+
+
+def test_body_metadata_and_the_rest_split_the_body() -> None:
+    b = body(startup_script="#!/bin/bash\necho v2\n")
+    assert body_metadata(b) == {"startup-script": "#!/bin/bash\necho v2\n"}
+    rest = body_without_metadata(b)
+    assert "metadata" not in rest["tpu"]["nodeSpec"][0]["node"]
+    assert b["tpu"]["nodeSpec"][0]["node"]["metadata"]  # a copy: the body is untouched
+    rest["tpu"]["nodeSpec"][0]["node"]["metadata"] = body_metadata(b)
+    assert rest == b  # nothing else was taken out
+    # A new boot script changes the metadata only; any other change shows in the rest.
+    assert body_without_metadata(body(startup_script="other")) == body_without_metadata(b)
+    assert body_without_metadata(body(max_run_duration="3600s")) != body_without_metadata(b)
+    del b["tpu"]["nodeSpec"][0]["node"]["metadata"]
+    assert body_metadata(b) == {} and body_without_metadata(b) == b

@@ -325,7 +325,8 @@ def test_a_body_too_big_for_the_environment_is_refused_at_synth(
     from stacks.flex import FlexStack
 
     d, _ = flex["base"]
-    monkeypatch.setattr(stacks.serving, "render_startup", lambda _d: "#!/bin/bash\n" + "x" * 100_000)
+    monkeypatch.setattr(stacks.serving, "render_startup",
+                        lambda _d: "#!/bin/bash\n" + "x" * 100_000)
     with pytest.raises(ValueError, match=r"body is 100,\d{3} characters: at most 100,000"):
         FlexStack(App(outdir=str(tmp_path)), d)  # no outdir: it would land in the repo
 

@@ -4,8 +4,11 @@
     python -m tpuserve.queued_resource delete     # force, waits until gone
     python -m tpuserve.queued_resource probe      # Terraform `external` data source protocol
     python -m tpuserve.queued_resource describe   # the QR as JSON
+    python -m tpuserve.queued_resource converge   # the node's metadata to the body's, in place
 
 The QR name comes from --name or $TPUSERVE_QR_NAME (projects/P/locations/Z/queuedResources/ID).
+create and converge read the body from $TPUSERVE_QR_BODY (or --body-file) and the generation
+label from $TPUSERVE_QR_GENERATION (or --generation; converge falls back to the QR's own).
 An error prints one line to stderr and exits 1 (bad input: 2); never a traceback. Progress is
 one line per state change (a spinner on a terminal).
 """
@@ -19,21 +22,25 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.client import ACCEPT_TIMEOUT_S, DEFAULT_POLL_S, DELETE_TIMEOUT_S, TpuClient
+from tpuserve.gcp.tpu.nodes import UPDATE_TIMEOUT_S
 from tpuserve.gcp.tpu.queued_resources import (
     ALIVE_STATES,
+    DEAD_STATES,
     KNOWN_STATES,
     MISSING,
+    CreateResult,
     Progress,
     QueuedResourceError,
     QueuedResourceRef,
+    Spared,
     UnknownState,
 )
-from tpuserve.render.queued_resource_body import check_body, with_generation
+from tpuserve.render.queued_resource_body import body_metadata, check_body, with_generation
 
 # The flex stack's Terraform passes these to the provisioners (stacks/flex.py).
 ENV_NAME = "TPUSERVE_QR_NAME"
@@ -111,6 +118,105 @@ def probe(client: TpuClient, ref: QueuedResourceRef) -> dict[str, str]:
     return {"generation": new_generation(), "state": state}
 
 
+# ----------------------------------------------------------------------------- converge
+
+# A PROVISIONING QR is waited out (it has capacity: it is patched once ACTIVE); provisioning
+# takes minutes, like a delete that waits for it (DELETE_TIMEOUT_S).
+CONVERGE_TIMEOUT_S = DELETE_TIMEOUT_S
+# Holds (or is about to hold) capacity: never deleted to change metadata.
+CAPACITY_STATES = frozenset({"PROVISIONING", "ACTIVE"})
+# How often one converge looks at a QR that changed state under it (queued -> PROVISIONING
+# -> ACTIVE is two).
+_CONVERGE_LOOKS = 4
+
+
+def merged_metadata(
+    current: Mapping[str, str], desired: Mapping[str, str], managed: set[str]
+) -> dict[str, str]:
+    """The node's metadata after a converge: `desired`, plus the keys of `current` that are
+    not ours (not in `managed` or `desired`: e.g. keys gcloud added), kept as they are."""
+    keys = managed | set(desired)
+    return {**{k: v for k, v in current.items() if k not in keys}, **desired}
+
+
+def converge(
+    client: TpuClient, ref: QueuedResourceRef, body: Mapping[str, Any], generation: str, *,
+    timeout: float, progress: Progress, create: Callable[[dict[str, Any], str], CreateResult],
+) -> str:
+    """Bring the QR's node metadata to `body`'s (tpu.nodeSpec[0].node.metadata) without giving
+    up capacity; returns the one line to print.
+
+    ACTIVE: the node's metadata is updated in place (nodes.patch), keys that are not ours kept.
+    Still queued (CREATING, ACCEPTED, WAITING_FOR_RESOURCES) with other metadata: the QR is
+    deleted and created again with `body` (through `create`, as the create step does), which
+    costs its place in the queue only. PROVISIONING: waited out, then as ACTIVE. Dead
+    (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe replaces it.
+    Missing: QueuedResourceError (Terraform created it first). An unknown state: UnknownState.
+    """
+    desired = body_metadata(body)
+    start = client.clock()
+    for _ in range(_CONVERGE_LOOKS):
+        remaining = max(0.0, timeout - (client.clock() - start))
+        qr = client.get_queued_resource(ref)
+        if qr is None:
+            raise QueuedResourceError(
+                f"queued resource {ref.name} does not exist, so its node's metadata cannot be "
+                "updated -> deploy again (cdktf deploy flex): the plan creates it anew"
+            )
+        state = qr.state
+        if state not in KNOWN_STATES:
+            raise UnknownState(qr)
+        if state in DEAD_STATES or state == "DELETING":
+            return (f"tpuserve: queued resource {ref.name} is {state}: no node to update; the "
+                    "next deploy replaces it, with this metadata (cdktf deploy flex)")
+        if state == "PROVISIONING":
+            client.wait_for_state(
+                ref, (KNOWN_STATES | {MISSING}) - {"PROVISIONING"}, timeout=remaining,
+                fail_states=(), on_progress=progress,
+            )
+            continue
+        if state == "ACTIVE":
+            return _converge_node(client, qr.node_names[0], body_metadata(qr.raw), desired,
+                                  timeout=min(UPDATE_TIMEOUT_S, max(remaining, 1.0)))
+        # Still queued (CREATING, ACCEPTED, WAITING_FOR_RESOURCES), no capacity yet: the QR's
+        # own spec is what its node will boot with, and a new QR costs only the queue place.
+        if body_metadata(qr.raw) == desired:
+            return (f"tpuserve: queued resource {ref.name} is {state}: metadata unchanged (its "
+                    "node will boot with it)")
+        try:
+            client.delete_queued_resource(ref, timeout=remaining, on_progress=progress,
+                                          spare=CAPACITY_STATES)
+        except Spared:
+            continue  # capacity came meanwhile: look again (and update the node in place)
+        result = create(dict(body), generation or qr.generation or "")
+        return (f"tpuserve: recreated {ref.name} with the new metadata: it was {state} (no "
+                "capacity yet), so it lost only its place in the queue; now "
+                f"{result.queued_resource.state}")
+    raise QueuedResourceError(
+        f"queued resource {ref.name} kept changing state while its node's metadata was being "
+        "converged -> deploy again (cdktf deploy flex)"
+    )
+
+
+def _converge_node(
+    client: TpuClient, node: str, spec_metadata: Mapping[str, str],
+    desired: Mapping[str, str], *, timeout: float,
+) -> str:
+    current = client.node_metadata(node)
+    if current is None:
+        raise QueuedResourceError(
+            f"node {node} does not exist although its queued resource is ACTIVE -> check it "
+            "with `python -m tpuserve.queued_resource describe`, then deploy again"
+        )
+    wanted = merged_metadata(current, desired, set(spec_metadata))
+    if wanted == current:
+        return f"tpuserve: node {node}: metadata unchanged"
+    client.update_node_metadata(node, wanted, timeout=timeout)
+    changed = sorted(k for k in set(wanted) | set(current) if wanted.get(k) != current.get(k))
+    return (f"tpuserve: node {node}: metadata updated in place ({', '.join(changed)}), capacity "
+            "kept; the node re-runs its boot script and re-converges")
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -182,6 +288,15 @@ def _parser() -> argparse.ArgumentParser:
     delete.add_argument("--timeout", type=float, default=DELETE_TIMEOUT_S)
     describe = sub.add_parser("describe", help="print the queued resource as JSON")
     describe.add_argument("--name", help=name_help)
+    conv = sub.add_parser(
+        "converge", help="bring the node's metadata to the body's: in place when ACTIVE, by "
+        "a new queued resource while still queued (no capacity lost)")
+    conv.add_argument("--name", help=name_help)
+    conv.add_argument("--body-file", help=f"the JSON body (default: ${ENV_BODY})")
+    conv.add_argument("--generation",
+                      help=f"label token for a new QR (default: ${ENV_GENERATION}, else the "
+                      "QR's own)")
+    conv.add_argument("--timeout", type=float, default=CONVERGE_TIMEOUT_S)
     sub.add_parser("probe", help='Terraform external data source: stdin {"name": ...}')
     return parser
 
@@ -218,19 +333,32 @@ def _run(
         stdout.write("\n")
         return 0
     label = f"queued resource {ref.queued_resource_id}"
+    if args.command == "converge":
+        body = _body_arg(args, environ)
+        try:
+            check_body(ref.parent, body)
+        except ValueError as exc:
+            raise _UsageError(str(exc)) from None
+        generation = args.generation or environ.get(ENV_GENERATION, "")
+        if generation:
+            _labelled(body, generation)  # a bad token is bad input, before any API call
+        with rich_progress(label, stderr) as progress:
+            line = converge(
+                client, ref, body, generation, timeout=args.timeout, progress=progress,
+                create=lambda b, g: _create(client, ref, b, g, ACCEPT_TIMEOUT_S, progress),
+            )
+        print(line, file=stdout)
+        return 0
     if args.command == "create":
         body = _body_arg(args, environ)
         generation = args.generation or environ.get(ENV_GENERATION, "")
         try:
             check_body(ref.parent, body)
-            if generation:
-                body = with_generation(body, generation)
         except ValueError as exc:
             raise _UsageError(str(exc)) from None
+        _labelled(body, generation)  # a bad token is bad input, before any API call
         with rich_progress(label, stderr) as progress:
-            result = client.create_queued_resource(
-                ref, body, timeout=args.timeout, on_progress=progress
-            )
+            result = _create(client, ref, body, generation, args.timeout, progress)
         verb = "adopted" if result.adopted else "created"
         print(
             f"tpuserve: {verb} {ref.name}: {result.queued_resource.state}; ACTIVE can take a "
@@ -241,6 +369,25 @@ def _run(
         deleted = client.delete_queued_resource(ref, timeout=args.timeout, on_progress=progress)
     print(f"tpuserve: {'deleted' if deleted else 'already gone:'} {ref.name}", file=stdout)
     return 0
+
+
+def _labelled(body: dict[str, Any], generation: str) -> dict[str, Any]:
+    """`body` with the generation label (unchanged without one); a bad token: _UsageError."""
+    if not generation:
+        return body
+    try:
+        return with_generation(body, generation)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+def _create(
+    client: TpuClient, ref: QueuedResourceRef, body: dict[str, Any], generation: str,
+    timeout: float, progress: Progress,
+) -> CreateResult:
+    """The create step's own path (create, and converge's new QR): label, create, wait."""
+    return client.create_queued_resource(ref, _labelled(body, generation), timeout=timeout,
+                                         on_progress=progress)
 
 
 def main(

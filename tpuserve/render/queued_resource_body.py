@@ -155,13 +155,17 @@ def spec_differences(wanted: object, actual: object, path: str = "") -> list[str
 
 
 def body_metadata(body: Mapping[str, Any]) -> dict[str, str]:
-    """The node's metadata in a QR body (the boot script and its switches)."""
-    return dict(body["tpu"]["nodeSpec"][0]["node"].get("metadata", {}))
+    """The node metadata the body asks for (tpu.nodeSpec[0].node.metadata; {} when none): what
+    can change on a running node in place (TPU API nodes.patch, updateMask=metadata)."""
+    specs = body.get("tpu", {}).get("nodeSpec") or [{}]
+    return dict(specs[0].get("node", {}).get("metadata") or {})
 
 
 def body_without_metadata(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The body with every node spec's metadata taken out (a deep copy)."""
+    """A copy of `body` without any node's metadata: what only a new queued resource can
+    change (the flex stack hashes it to decide a replacement; `body_metadata` is the rest)."""
     out = copy.deepcopy(dict(body))
-    for spec in out["tpu"]["nodeSpec"]:
-        spec["node"].pop("metadata", None)
+    for spec in out.get("tpu", {}).get("nodeSpec") or []:
+        if isinstance(spec, dict) and isinstance(spec.get("node"), dict):
+            spec["node"].pop("metadata", None)
     return out

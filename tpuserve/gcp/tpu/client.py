@@ -34,6 +34,7 @@ from tpuserve.gcp.tpu.queued_resources import (
     QueuedResource,
     QueuedResourceError,
     QueuedResourceRef,
+    Spared,
     SpecMismatch,
     UnknownState,
     WaitTimeout,
@@ -256,12 +257,16 @@ class TpuClient(NodeCalls, GoogleApi):
     def delete_queued_resource(
         self, ref: QueuedResourceRef, *, force: bool = True,
         timeout: float = DELETE_TIMEOUT_S, on_progress: Progress | None = None,
+        spare: Collection[str] = (),
     ) -> bool:
         """Delete the QR (with force: its node first) and wait until it is gone.
 
         A missing QR is success (returns False: nothing was deleted). A QR in PROVISIONING
         cannot be deleted (SPEC 2): a refused delete (400, 409 or 412, whatever its status
         says) is retried within `timeout` while the QR, read again, is PROVISIONING.
+
+        A QR read in one of the `spare` states just before a delete request (e.g. one that
+        got capacity meanwhile: PROVISIONING, ACTIVE) is not deleted: Spared is raised.
         """
         progress = on_progress or _no_progress
         with self._command(timeout) as start:
@@ -283,6 +288,8 @@ class TpuClient(NodeCalls, GoogleApi):
                          elapsed)
                 if qr.state == "DELETING":
                     break
+                if qr.state in spare:
+                    raise Spared(ref.name, qr.state)
                 try:
                     op = self.request(
                         "DELETE", f"{API_VERSION}/{ref.name}",
@@ -307,6 +314,8 @@ class TpuClient(NodeCalls, GoogleApi):
                         return False
                     if now.state == "DELETING":
                         break
+                    if now.state in spare:
+                        raise Spared(ref.name, now.state) from None
                     if now.state != "PROVISIONING":
                         raise
                     if not refused:

@@ -22,12 +22,15 @@ from tpuserve.gcp.credentials import credentials
 from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API, api_root
 from tpuserve.gcp.errors import ApiError, CredentialsError
 from tpuserve.gcp.retry import RetryPolicy, Transient, call_with_retry, retry_after_seconds
+from tpuserve.gcp.tpu.queued_resources import WaitTimeout
 
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
 
 # One API call's deadline; transient failures are retried by the policy (RetryPolicy).
 CALL_TIMEOUT_S = 30.0
+# A metadata update's operation: it finishes in seconds; minutes mean something is wrong.
+UPDATE_TIMEOUT_S = 300.0
 T = TypeVar("T")
 
 
@@ -157,6 +160,8 @@ class NodeCalls:
     policy: RetryPolicy
     clock: Callable[[], float]
     sleep: Callable[[float], None]
+    poll_interval: float
+    deadline: float | None  # the running command's end (GoogleApi's), or None
 
     @property
     def node_client(self) -> Any:
@@ -164,11 +169,15 @@ class NodeCalls:
             self._node_client = self._node_factory()
         return self._node_client
 
-    def _node_call(self, action: str, fn: Callable[[], T]) -> T:
-        """One node call through the edge's retry loop; failures as one-line ApiErrors."""
+    def _node_call(self, action: str, fn: Callable[[], T], *, deadline: float | None = None,
+                   ) -> T:
+        """One node call through the edge's retry loop; failures as one-line ApiErrors.
+        Retries end with `deadline` (an absolute clock time) or the command's, if sooner."""
+        ends = [t for t in (deadline, self.deadline) if t is not None]
         with api_errors(action, self._environ):
             return call_with_retry(fn, lambda exc: transient(exc, self.policy),
-                                    policy=self.policy, clock=self.clock, sleep=self.sleep)
+                                    policy=self.policy, deadline=min(ends) if ends else None,
+                                    clock=self.clock, sleep=self.sleep)
 
     def get_node(self, d: Deployment) -> NodeView | None:
         """The stack's node, or None when it does not exist."""
@@ -214,3 +223,60 @@ class NodeCalls:
                 return False
             raise
         return True
+
+    def node_metadata(self, name: str) -> dict[str, str] | None:
+        """The metadata of node `name` (projects/P/locations/Z/nodes/N), or None when the node
+        does not exist."""
+        try:
+            node = self._node_call(f"get node {name}", lambda: self.node_client.get_node(
+                name=name, retry=None, timeout=CALL_TIMEOUT_S))
+        except ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        return dict(node.metadata)
+
+    def update_node_metadata(
+        self, name: str, metadata: Mapping[str, str], *, timeout: float = UPDATE_TIMEOUT_S,
+    ) -> None:
+        """Replace node `name`'s metadata with `metadata` (the whole map: TPU API v2
+        nodes.patch, updateMask=metadata) and wait until the operation is done.
+
+        Idempotent, so retried like a read. The operation is polled every poll interval until
+        `timeout`; a poll whose transient errors outlast their retries is polled again. An
+        operation that ends with an error raises it as an ApiError; one still running at
+        `timeout` raises WaitTimeout.
+        """
+        from google.cloud import tpu_v2
+        from google.protobuf import field_mask_pb2
+
+        action = f"update the metadata of node {name}"
+        start = self.clock()
+        end = start + timeout
+        node = tpu_v2.Node(name=name, metadata=dict(metadata))
+        mask = field_mask_pb2.FieldMask(paths=["metadata"])
+        future = self._node_call(action, lambda: self.node_client.update_node(
+            node=node, update_mask=mask, retry=None, timeout=CALL_TIMEOUT_S), deadline=end)
+        op = future.operation
+        while not op.done:
+            elapsed = self.clock() - start
+            if elapsed >= timeout:
+                raise WaitTimeout(
+                    f"{action}: the operation {op.name} is still running after {elapsed:.0f} s "
+                    "-> check the node's metadata (gcloud compute tpus tpu-vm describe), then "
+                    "deploy again"
+                )
+            self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
+            try:
+                op = self._node_call(
+                    f"get operation {op.name}",
+                    lambda op_name=op.name: self.node_client.get_operation(
+                        request={"name": op_name}, retry=None, timeout=CALL_TIMEOUT_S),
+                    deadline=end,
+                )
+            except ApiError as exc:
+                if not self.policy.is_transient(exc.code):
+                    raise
+        if op.HasField("error") and op.error.code:
+            raise ApiError.from_status({"code": op.error.code, "message": op.error.message},
+                                       action=action, service="tpu")

@@ -56,6 +56,15 @@ class UnknownState(QueuedResourceError):
         )
 
 
+class Spared(QueuedResourceError):
+    """A delete that found the QR in a state the caller asked to spare (e.g. one that holds
+    capacity): nothing was deleted; `state` is what it found."""
+
+    def __init__(self, name: str, state: str) -> None:
+        self.state = state
+        super().__init__(f"queued resource {name} is {state}: not deleted (spared)")
+
+
 class SpecMismatch(QueuedResourceError):
     """A QR with this name exists with a different spec; `differences` names the fields."""
 
@@ -128,6 +137,11 @@ class QueuedResource:
     @property
     def node_ids(self) -> list[str]:
         return [str(s.get("nodeId", "")) for s in self.node_specs]
+
+    @property
+    def node_names(self) -> list[str]:
+        """projects/P/locations/Z/nodes/N of each node spec."""
+        return [f"{s.get('parent', '')}/nodes/{s.get('nodeId', '')}" for s in self.node_specs]
 
     @property
     def generation(self) -> str | None:

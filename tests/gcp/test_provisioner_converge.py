@@ -1,0 +1,300 @@
+"""`python -m tpuserve.queued_resource converge`: a new boot script reaches the flex node
+without giving up capacity. ACTIVE: the node's metadata is patched in place; still queued: the
+QR is made again (only its place in the queue is lost); PROVISIONING: waited out, then
+patched; dead or missing: nothing to patch. Run against the fake TPU API, asserting on what
+it received."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fakes.tpu_api import FakeTpuApi
+from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Clock, body, one_line, run_module
+from tpuserve.gcp.provisioner import converge, main, merged_metadata
+from tpuserve.gcp.tpu.client import TpuClient
+from tpuserve.gcp.tpu.queued_resources import QueuedResourceError, WaitTimeout
+from tpuserve.render.queued_resource_body import GENERATION_LABEL, with_generation
+
+NODE = f"{REF.parent}/nodes/{QR_ID}"
+OLD, NEW = "#!/bin/bash\necho old\n", "#!/bin/bash\necho new\n"
+
+
+def run_cli(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["converge", *argv], environ=env, stdin=io.StringIO(), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def converge_env(api: FakeTpuApi, script: str = NEW, **extra: str) -> dict[str, str]:
+    """What the flex stack's node_metadata resource passes: name, whole body, generation."""
+    return {**api.environ(), "TPUSERVE_QR_NAME": REF.name, "TPUSERVE_QR_POLL_SECONDS": "0",
+            "TPUSERVE_QR_BODY": json.dumps(body(startup_script=script)), **extra}
+
+
+def qr_calls(api: FakeTpuApi) -> list[tuple[str, str]]:
+    return [(r.method, r.path.rsplit("/", 2)[-2]) for r in api.requests]
+
+
+@pytest.fixture
+def queued_api() -> Iterator[FakeTpuApi]:
+    """Time-based: creates and deletes finish at once; a QR waits for resources for ever."""
+    with FakeTpuApi(durations={"CREATING": 0, "ACCEPTED": 0, "DELETING": 0}) as server:
+        yield server
+
+
+# ----------------------------------------------------------------------------- ACTIVE
+
+
+def test_active_node_gets_the_new_metadata_in_place(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD),
+                             generation="gen-1")
+    before = api.queued_resource(QR_ID)
+    code, out, err = run_cli(converge_env(api, generation="gen-1"))
+    assert code == 0, err
+    assert out == (f"tpuserve: node {NODE}: metadata updated in place (startup-script), "
+                   "capacity kept; the node re-runs its boot script and re-converges\n")
+    [patch] = api.calls("PATCH")
+    assert patch.path == f"/v2/{NODE}" and patch.query["updateMask"] == "metadata"
+    assert patch.body == {"metadata": {"startup-script": NEW}}
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW}
+    # The operation was waited on; the QR itself was only read, and is as it was.
+    assert any(r.method == "GET" and "/operations/" in r.path for r in api.requests)
+    assert {m for m, _ in qr_calls(api)} == {"GET", "PATCH"}
+    assert api.queued_resource(QR_ID) == before
+
+
+def test_active_node_with_the_same_metadata_is_left_alone(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=NEW))
+    code, out, err = run_cli(converge_env(api))
+    assert (code, out) == (0, f"tpuserve: node {NODE}: metadata unchanged\n"), err
+    assert not api.calls("PATCH") and not api.calls("DELETE") and not api.calls("POST")
+
+
+def test_keys_that_are_not_ours_are_kept_and_ours_follow_the_body(api) -> None:
+    seeded = body(startup_script=OLD)
+    seeded["tpu"]["nodeSpec"][0]["node"]["metadata"]["retired-key"] = "x"
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=seeded)
+    with api._lock:  # as if gcloud had added a key to the running node
+        node = api.nodes[NODE]
+        node.spec = {**node.spec, "metadata": {**node.spec["metadata"], "ssh-keys": "u:k"}}
+    assert run_cli(converge_env(api))[0] == 0
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW, "ssh-keys": "u:k"}
+    api.requests.clear()
+    assert run_cli(converge_env(api))[1] == f"tpuserve: node {NODE}: metadata unchanged\n"
+    assert not api.calls("PATCH")
+
+
+def test_merged_metadata() -> None:
+    current = {"startup-script": "a", "old": "1", "ssh-keys": "k"}
+    assert merged_metadata(current, {"startup-script": "b"}, {"startup-script", "old"}) == {
+        "startup-script": "b", "ssh-keys": "k"}
+    assert merged_metadata(current, {}, set()) == current
+
+
+def test_an_active_qr_whose_node_is_gone_is_an_error(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    with api._lock:
+        del api.nodes[NODE]
+    code, out, err = run_cli(converge_env(api))
+    assert code == 1 and out == ""
+    assert one_line(err).startswith(f"tpuserve: node {NODE} does not exist although")
+
+
+# ----------------------------------------------------------------------------- still queued
+
+
+def test_a_queued_qr_is_made_again_with_the_new_body_and_its_generation(queued_api) -> None:
+    api = queued_api
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, state="WAITING_FOR_RESOURCES",
+                             body=body(startup_script=OLD), generation="gen-1")
+    code, out, err = run_cli(converge_env(api, generation="gen-1"))
+    assert code == 0, err
+    assert out == (f"tpuserve: recreated {REF.name} with the new metadata: it was "
+                   "WAITING_FOR_RESOURCES (no capacity yet), so it lost only its place in the "
+                   "queue; now WAITING_FOR_RESOURCES\n")
+    [delete] = api.calls("DELETE")
+    assert delete.path == f"/v2alpha1/{REF.name}" and delete.query == {"force": "true"}
+    [post] = api.calls("POST")
+    assert post.query == {"queuedResourceId": QR_ID}
+    assert post.body == with_generation(body(startup_script=NEW), "gen-1")
+    assert not api.calls("PATCH")
+    qr = api.queued_resource(QR_ID)
+    assert qr is not None and qr["tpu"]["nodeSpec"][0]["node"]["metadata"] == {
+        "startup-script": NEW}
+
+
+def test_without_a_generation_the_new_qr_keeps_the_old_ones_label(queued_api) -> None:
+    queued_api.seed_queued_resource(PROJECT, ZONE, QR_ID, state="ACCEPTED",
+                                    body=body(startup_script=OLD), generation="gen-7")
+    assert run_cli(converge_env(queued_api))[0] == 0
+    [post] = queued_api.calls("POST")
+    assert post.body["tpu"]["nodeSpec"][0]["node"]["labels"][GENERATION_LABEL] == "gen-7"
+
+
+def test_a_queued_qr_with_the_same_metadata_is_only_read(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, state="WAITING_FOR_RESOURCES",
+                             body=body(startup_script=NEW), generation="gen-1")
+    code, out, err = run_cli(converge_env(api, generation="gen-1"))
+    assert code == 0, err
+    assert out == (f"tpuserve: queued resource {REF.name} is WAITING_FOR_RESOURCES: metadata "
+                   "unchanged (its node will boot with it)\n")
+    assert qr_calls(api) == [("GET", "queuedResources")]
+
+
+def test_a_qr_that_got_capacity_meanwhile_is_patched_not_deleted(api, clock) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, state="WAITING_FOR_RESOURCES",
+                             body=body(startup_script=OLD))
+
+    class Racing(TpuClient):
+        reads = 0
+
+        def get_queued_resource(self, ref: Any) -> Any:
+            qr = super().get_queued_resource(ref)
+            self.reads += 1
+            if self.reads == 1:  # capacity arrives right after converge's first look
+                api.set_state(QR_ID, "ACTIVE")
+            return qr
+
+    client = Racing(environ=api.environ(), clock=clock, sleep=clock.sleep, poll_interval=5.0)
+    line = converge(client, REF, body(startup_script=NEW), "", timeout=600,
+                    progress=lambda s, e: None, create=_no_create)
+    assert "metadata updated in place" in line
+    assert not api.calls("DELETE") and not api.calls("POST")
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW}
+
+
+def _no_create(b: dict[str, Any], g: str) -> Any:
+    raise AssertionError("a QR with capacity must not be made again")
+
+
+def test_a_provisioning_qr_is_waited_out_then_patched(api, clock: Clock) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, state="PROVISIONING",
+                             body=body(startup_script=OLD))
+    def provisioned() -> None:  # PROVISIONING -> ACTIVE on the first pause, then it stays
+        if api.state_of(QR_ID) == "PROVISIONING":
+            api.advance(QR_ID)
+
+    clock.hooks.append(provisioned)
+    client = TpuClient(environ=api.environ(), clock=clock, sleep=clock.sleep, poll_interval=5.0)
+    states: list[str] = []
+    line = converge(client, REF, body(startup_script=NEW), "", timeout=600,
+                    progress=lambda s, e: states.append(s), create=_no_create)
+    assert "metadata updated in place" in line and states[-1] == "ACTIVE"
+    assert not api.calls("DELETE") and api.node_json(QR_ID)["metadata"] == {
+        "startup-script": NEW}
+
+
+# ----------------------------------------------------------------------------- nothing to do
+
+
+@pytest.mark.parametrize("state", ["SUSPENDED", "SUSPENDING", "FAILED", "DELETING"])
+def test_a_dead_qr_is_left_to_the_plan_time_probe(api, state) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.set_state(QR_ID, state)
+    api.requests.clear()
+    code, out, err = run_cli(converge_env(api))
+    assert code == 0, err
+    assert out == (f"tpuserve: queued resource {REF.name} is {state}: no node to update; the "
+                   "next deploy replaces it, with this metadata (cdktf deploy flex)\n")
+    assert qr_calls(api) == [("GET", "queuedResources")]
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_a_missing_qr_is_one_line_exit_1(api) -> None:
+    code, out, err = run_cli(converge_env(api))
+    assert code == 1 and out == ""
+    assert one_line(err) == (f"tpuserve: queued resource {REF.name} does not exist, so its "
+                             "node's metadata cannot be updated -> deploy again (cdktf deploy "
+                             "flex): the plan creates it anew")
+
+
+def test_an_unknown_state_is_left_alone(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.set_state(QR_ID, "STATE_UNSPECIFIED")
+    code, _, err = run_cli(converge_env(api))
+    assert code == 1 and "(unknown): it is left alone" in one_line(err)
+    assert not api.calls("PATCH") and not api.calls("DELETE")
+
+
+def test_a_refused_patch_is_one_line_exit_1(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.fail_next(403, "PERMISSION_DENIED", f"Permission 'tpu.nodes.update' denied on '{NODE}'",
+                  method="PATCH")
+    code, out, err = run_cli(converge_env(api))
+    assert code == 1 and out == ""
+    line = one_line(err)
+    assert line.startswith(f"tpuserve: update the metadata of node {NODE}: 403 PERMISSION_DENIED")
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": OLD}
+
+
+def test_a_failed_patch_operation_is_one_line_exit_1(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.fail_next_patch_operation(13, "fake: the node could not be updated")
+    code, _, err = run_cli(converge_env(api))
+    assert code == 1
+    assert one_line(err).startswith(f"tpuserve: update the metadata of node {NODE}: 500 INTERNAL")
+    assert "fake: the node could not be updated" in err
+
+
+def test_transient_faults_are_retried(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.fail_next(503, "UNAVAILABLE", "try again", method="PATCH")
+    api.fail_next(503, "UNAVAILABLE", "try again", path_contains="/operations/")
+    code, _, err = run_cli(converge_env(api, TPUSERVE_TIME_SCALE="0"))
+    assert code == 0, err
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW}
+
+
+def test_an_operation_that_never_ends_times_out(api, clock: Clock) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.patch_reads_until_done = 10**6
+    client = TpuClient(environ=api.environ(), clock=clock, sleep=clock.sleep, poll_interval=5.0)
+    with pytest.raises(WaitTimeout, match="is still running after 60 s"):
+        converge(client, REF, body(startup_script=NEW), "", timeout=60,
+                 progress=lambda s, e: None, create=_no_create)
+    assert sum(clock.slept) == 60
+
+
+def test_a_qr_that_keeps_changing_state_ends_the_converge(api, clock: Clock) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, state="WAITING_FOR_RESOURCES",
+                             body=body(startup_script=OLD))
+
+    class Flipping(TpuClient):
+        def get_queued_resource(self, ref: Any) -> Any:
+            qr = super().get_queued_resource(ref)  # queued, then provisioning, then queued...
+            api.set_state(QR_ID, "PROVISIONING" if qr.state != "PROVISIONING"
+                          else "WAITING_FOR_RESOURCES")
+            return qr
+
+    client = Flipping(environ=api.environ(), clock=clock, sleep=clock.sleep, poll_interval=5.0)
+    with pytest.raises(QueuedResourceError, match="kept changing state"):
+        converge(client, REF, body(startup_script=NEW), "", timeout=600,
+                 progress=lambda s, e: None, create=_no_create)
+    assert not api.calls("DELETE") and not api.calls("PATCH")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"TPUSERVE_QR_BODY": ""}, "body is missing: set TPUSERVE_QR_BODY"),
+    ({"TPUSERVE_QR_BODY": '{"tpu": {}}'}, "nodeSpec must be a non-empty list"),
+    ({"TPUSERVE_QR_GENERATION": "Not A Label"}, "label value"),
+    ({"TPUSERVE_QR_NAME": "tpuserve-flex"}, "must look like projects/"),
+])
+def test_bad_input_is_one_line_exit_2_before_any_call(api, extra, message) -> None:
+    code, out, err = run_cli({**converge_env(api), **extra})
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
+    assert not api.requests
+
+
+def test_as_terraform_runs_it(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    done = run_module(converge_env(api), "converge")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"tpuserve: node {NODE}: metadata updated in place")
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW}
