@@ -40,7 +40,11 @@ from tpuserve.gcp.tpu.queued_resources import (
     WaitTimeout,
     dead_message,
 )
-from tpuserve.render.queued_resource_body import check_body, spec_differences
+from tpuserve.render.queued_resource_body import (
+    body_without_metadata,
+    check_body,
+    spec_differences,
+)
 
 DEFAULT_POLL_S = 5.0
 ACCEPT_TIMEOUT_S = 600.0
@@ -219,7 +223,9 @@ class TpuClient(NodeCalls, GoogleApi):
                         # or a 5xx): the QR is this create's own, cleanup included.
                         existing = None
             if existing is not None:
-                diffs = spec_differences(body, existing.raw)
+                # Metadata is not the QR's to match: the flex stack's node_metadata step
+                # converges it on the node (`converge`), so a QR left by an earlier apply is kept.
+                diffs = spec_differences(body_without_metadata(body), existing.raw)
                 if diffs:
                     raise SpecMismatch(ref.name, diffs)
             remaining = max(0.0, timeout - (self.clock() - start))
