@@ -104,9 +104,9 @@ def status(
     ),
     json_output: JsonOpt = False,
 ) -> None:
-    """Node (and queued resource) state, health, endpoint, boot phases, the config the server
-    runs with (against the deployed one), time running, money spent and time left, for each
-    deployed stack. Exits 1 when a deployed stack has a problem."""
+    """Node (and queued resource) state, health, endpoint, boot phases, time running, money
+    spent and time left, for each deployed stack. Also the config the server runs with against
+    the deployed one. Exits 1 when a deployed stack has a problem."""
     if recover and not watch:
         raise typer.BadParameter("--recover needs --watch (or use `tpuserve recover STACK`)")
     if not watch:
