@@ -18,7 +18,10 @@ from tests.cli_support import (
 from tpuserve.gcp.tpu.nodes import NodeView
 from tpuserve.gcp.tpu.queued_resources import QueuedResource
 from tpuserve.ops.boot_phases import parse_boot
+from tpuserve.ops.served_config import ServedConfig, deployed_sha256, parse_served
 from tpuserve.ops.stack_status import StackStatus, format_duration
+from tpuserve.render.boot_script import vllm_command
+from tpuserve.render.vllm_args import served_config_sha256
 
 
 def test_status_of_a_ready_spot_stack(cli_env: Env) -> None:
@@ -88,11 +91,92 @@ def test_boot_failure_from_guest_attributes(cli_env: Env) -> None:
     assert d.node_name == s["node_name"]
 
 
+# ---------------------------------------------------------------- which config is served
+
+
+def _words(text: str) -> str:
+    """The table's text with its wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_the_server_serves_the_deployed_config(cli_env: Env) -> None:
+    d = cli_env.d("spot")
+    deployed = served_config_sha256(d, vllm_command(d))
+    assert deployed_sha256(d) == deployed
+    cli_env.seed_ready("spot", attrs={
+        **BOOT_READY, "config": f"2030-01-01T10:01:05.000Z argv_sha256={deployed}"})
+    result = invoke("status", "spot", "--json")
+    assert result.exit_code == 0, result.stderr
+    (s,) = json.loads(result.stdout)["stacks"]
+    assert s["config"] == {"running": deployed, "deployed": deployed, "current": True,
+                           "state": "current", "recorded_at": "2030-01-01T10:01:05Z",
+                           "reconverge": None}
+    assert s["boot"]["state"] == "ready" and s["problems"] == []  # the old keys as they were
+    table = invoke("status", "spot")
+    assert table.exit_code == 0, table.stderr
+    assert f"config serving the deployed config (argv sha256 {deployed})" in _words(table.stdout)
+    assert "reconverge" not in table.stdout
+
+
+def test_an_older_config_still_served_while_the_node_reconverges(cli_env: Env) -> None:
+    d = cli_env.d("spot")
+    deployed = served_config_sha256(d, vllm_command(d))
+    cli_env.seed_ready("spot", attrs={
+        **BOOT_READY, "config": "2030-01-01T10:01:05.000Z argv_sha256=0123456789abcdef",
+        "reconverge": "2030-01-02T09:00:00.000Z changed sha256=feedc0ffee"})
+    result = invoke("status", "spot", "--json")
+    assert result.exit_code == 0, result.stderr
+    (s,) = json.loads(result.stdout)["stacks"]
+    c = s["config"]
+    assert (c["running"], c["deployed"], c["current"], c["state"]) == (
+        "0123456789abcdef", deployed, False, "stale")
+    assert c["reconverge"] == {"state": "changed", "detail": "sha256=feedc0ffee",
+                               "at": "2030-01-02T09:00:00Z"}
+    table = _words(invoke("status", "spot").stdout)
+    assert (f"config serving another config: running 0123456789abcdef, deployed {deployed} "
+            "(once deployed, the node re-converges in place: watch this)") in table
+    assert "reconverge changed sha256=feedc0ffee (at 01-02 09:00:00 UTC)" in table
+
+
+def test_a_failed_reconverge_is_a_problem(cli_env: Env) -> None:
+    cli_env.seed_ready("ondemand", attrs={
+        **BOOT_READY, "config": "2030-01-01T10:01:05.000Z argv_sha256=0123456789abcdef",
+        "reconverge": "2030-01-02T09:00:00.000Z failed image pull: manifest unknown"})
+    result = invoke("status", "ondemand", "--json")
+    assert result.exit_code == 1
+    (s,) = json.loads(result.stdout)["stacks"]
+    assert s["config"]["reconverge"]["state"] == "failed"
+    assert s["problems"] == [
+        "the node could not apply the changed config: failed image pull: manifest unknown"]
+
+
+def test_a_server_booted_before_tpuserve_recorded_its_config(cli_env: Env) -> None:
+    d = cli_env.seed_ready("flex")  # BOOT_READY: no `config` attribute
+    deployed = served_config_sha256(d, vllm_command(d))
+    result = invoke("status", "flex", "--json")
+    assert result.exit_code == 0, result.stderr
+    (s,) = json.loads(result.stdout)["stacks"]
+    assert s["config"]["running"] is None and s["config"]["current"] is None
+    assert (s["config"]["state"], s["config"]["deployed"]) == ("unknown", deployed)
+    table = _words(invoke("status", "flex").stdout)
+    assert f"config unknown (booted before tpuserve recorded it); deployed {deployed}" in table
+
+
+def test_served_config_states() -> None:
+    boot = {"boot": "2030-01-01T10:00:00.000Z started"}
+    assert parse_served({}, "ab", booting=True) == ServedConfig("ab")
+    assert parse_served(boot, "ab", booting=True).state == "booting"
+    assert parse_served(boot, "ab", booting=False).state == "unknown"
+    odd = parse_served({**boot, "config": "garbled"}, "ab", booting=False)
+    assert (odd.state, odd.running, odd.current) == ("unknown", None, None)
+
+
 def test_not_deployed_is_not_a_failure(cli_env: Env) -> None:
     result = invoke("status", "flex", "--json")
     assert result.exit_code == 0
     (s,) = json.loads(result.stdout)["stacks"]
     assert s["deployed"] is False and s["queued_resource_state"] == "MISSING"
+    assert s["config"]["state"] == "none" and s["config"]["current"] is None
 
 
 def test_api_error_is_one_line(cli_env: Env) -> None:

@@ -150,6 +150,30 @@ def test_compile_cache_key_line(commits: tuple[Review, str]) -> None:
     assert "**cold compile**: the compile-cache key changes" in md
 
 
+def test_what_each_change_does_to_the_running_server(commits: tuple[Review, str]) -> None:
+    """(b) changes the compile-cache key: the VM node restarts in place, cold; the flex
+    queued resource (its body holds the script) is replaced; (c) removes the ondemand server."""
+    r, md = commits
+    effects = {(s.name, c.address): c.effect for s in r.stacks for c in s.resources}
+    node = effects["spot", "google_tpu_v2_vm.tpu_node"]
+    assert node is not None and (node.kind, node.compile) == ("restart_in_place", "cold")
+    qr = effects["flex", "terraform_data.queued_resource"]
+    assert qr is not None and (qr.kind, qr.compile) == ("queued_resource_replaced", "cold")
+    gone = effects["ondemand", "google_tpu_v2_vm.tpu_node"]
+    assert gone is not None and gone.kind == "server_removed"
+    firewall = effects["spot", "google_compute_firewall.firewall_api"]
+    assert firewall is not None and firewall.kind == "none"
+    assert all(e is not None for e in effects.values())
+    assert {s.name: s.server_effect.kind for s in r.stacks if s.server_effect} == {
+        "spot": "restart_in_place", "flex": "queued_resource_replaced",
+        "ondemand": "server_removed"}
+    assert ("| `spot` | changed | +1 ~2 -0 | 1 flag(s), 1 var(s) | cold next boot | changed | "
+            "restarts in place, cold compile |") in md
+    assert ("  - running server: **queued resource replaced, cold compile**: queued resource "
+            "replaced: the flex capacity is given up, a new request queues") in md
+    assert "  - running server: **server removed**: the TPU node is deleted" in md
+
+
 def test_removed_stack(commits: tuple[Review, str]) -> None:
     r, md = commits
     gone = r.stack("ondemand")
@@ -189,6 +213,10 @@ def test_cli_writes_json_and_markdown(repo: dict[str, Any], commits: Any, tmp_pa
     stacks = {s["name"]: s for s in doc["stacks"]}
     assert stacks["ondemand"]["status"] == "removed"
     assert stacks["spot"]["compile_cache_key"]["cold_start_s"] == 857
+    [node] = [c for c in stacks["spot"]["resources"] if c["address"] == "google_tpu_v2_vm.tpu_node"]
+    assert node["server_effect"]["kind"] == "restart_in_place"
+    assert node["server_effect"]["compile"] == "cold"
+    assert stacks["ondemand"]["server_effect"]["kind"] == "server_removed"
     out = tmp_path / "review.md"
     diff = tmp_path / "spot.diff"
     diff.write_text(f"Plan: 1 to add\nHF_TOKEN={CANARY}\n")

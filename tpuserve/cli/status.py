@@ -38,6 +38,11 @@ def _facts(s: StackStatus) -> list[tuple[str, str]]:
         ("endpoint", f"{s.endpoint}/v1" if s.endpoint else "-"),
         ("boot", s.boot.state + (f": {s.boot.reason}" if s.boot.reason else "")),
     ]
+    if n and s.served is not None:
+        rows.append(("config", s.served.describe()))
+        reconverge = s.served.describe_reconverge()
+        if reconverge:
+            rows.append(("reconverge", reconverge))
     if s.running_s is not None:
         rows.append(("running", f"{format_duration(s.running_s)} since "
                      f"{n.create_time:%Y-%m-%d %H:%M} UTC" if n and n.create_time else "-"))
@@ -100,7 +105,8 @@ def status(
     json_output: JsonOpt = False,
 ) -> None:
     """Node (and queued resource) state, health, endpoint, boot phases, time running, money
-    spent and time left, for each deployed stack. Exits 1 when a deployed stack has a problem."""
+    spent and time left, for each deployed stack. Also the config the server runs with against
+    the deployed one. Exits 1 when a deployed stack has a problem."""
     if recover and not watch:
         raise typer.BadParameter("--recover needs --watch (or use `tpuserve recover STACK`)")
     if not watch:

@@ -24,6 +24,7 @@ from tpuserve.settings.base import parse_duration
 from . import server, tls
 from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time
 from .errors import OpsError
+from .served_config import ServedConfig, deployed_sha256, parse_served
 
 # Node states that end a node's life: only a new node (a redeploy) brings the server back.
 LOST_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING"})
@@ -57,6 +58,8 @@ class StackStatus:
     health_ok: bool | None  # None: not checked (no READY node with an IP)
     health_detail: str
     now: dt.datetime
+    # Which config the running server uses, beside the deployed one (None: not asked).
+    served: ServedConfig | None = None
 
     @property
     def is_flex(self) -> bool:
@@ -161,6 +164,9 @@ class StackStatus:
             out.append(f"billing guard {self.boot.guard}: delete the node yourself when done")
         if self.health_ok is False and self.boot.state == "ready":
             out.append(f"server booted but /health fails ({self.health_detail})")
+        if (self.served is not None and self.served.reconverge_failed
+                and self.served.current is not True and self.boot.state != "failed"):
+            out.append(f"the node could not apply the changed config: {self.served.reconverge}")
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -190,6 +196,7 @@ class StackStatus:
             "end_rule": rule,
             "recoverable": self.recoverable,
             "problems": self.problems,
+            "config": (self.served or ServedConfig(deployed_sha256(self.d))).to_json(),
         }
 
 
@@ -238,4 +245,6 @@ def stack_status(
             detail = f"not checked: {exc.message}"
         else:
             health_ok, detail = server.health(http, target)
-    return StackStatus(d, node, qr, boot, health_ok, detail, now())
+    served = parse_served(attrs, deployed_sha256(d),
+                          booting=boot.state in ("booting", "waiting", "unknown"))
+    return StackStatus(d, node, qr, boot, health_ok, detail, now(), served)

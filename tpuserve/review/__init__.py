@@ -13,6 +13,9 @@ tree) three ways:
    judge both revisions alike and a delta is the effect of the config change. When an old
    config fails today's validation, its problems are reported in the Markdown instead.
 
+Each Terraform change also says what it does to the RUNNING server (`server_effect`: restart in
+place warm or cold, node or queued resource replaced, ...): see effects.
+
 Both revisions' code RUNS here (main.py and everything it imports). The synth subprocess gets
 a throwaway HOME and TMPDIR, an allow-listed environment (locale, the two config variables,
 the jsii knobs, a PATH of the directories that hold sh, node and terraform) and stdin closed:
@@ -30,7 +33,9 @@ Modules, each importing only those listed before it:
 - revision_facts: what a revision yields (its Synthesis, its ConfigFacts).
 - config_facts: a revision's config/ read by the current code; the package's ONLY import
   of tpuserve.settings.
-- model: the Review and its parts, and their JSON.
+- model: the Review and its parts, and their JSON (each change's `server_effect`).
+- effects: what each Terraform change does to the running server (restart in place warm or
+  cold, node or queued resource replaced, ...; see its docstring) (pure).
 - compare: Terraform documents, argv and env, capacity deltas, and `build_review` (pure).
 - markdown: the pull-request comment.
 - revisions: git (resolving revisions, detached worktrees).

@@ -11,6 +11,7 @@ from typing import Any
 from tpuserve.facts import GiB
 
 from .config_facts import MODEL_ARG
+from .effects import with_effects
 from .model import (
     MISSING,
     AttributeChange,
@@ -277,11 +278,12 @@ def _stack_review(name: str, base: RevisionFacts, head: RevisionFacts) -> StackR
     in_head = name in hs.stacks if hs.error is None else name in head.config.stacks
     status: Status = "added" if not in_base else "removed" if not in_head else "changed"
     resources_known = (bs.error is None or not in_base) and (hs.error is None or not in_head)
-    resources = diff_documents(bs.stacks.get(name), hs.stacks.get(name)) if (
-        resources_known) else ()
+    old_doc, new_doc = bs.stacks.get(name), hs.stacks.get(name)
+    old_f, new_f = base.config.stacks.get(name), head.config.stacks.get(name)
+    resources = with_effects(diff_documents(old_doc, new_doc), old_doc, new_doc, old_f, new_f,
+                             status) if resources_known else ()
     s = StackReview(name=name, status=status, resources=resources,
-                    resources_known=resources_known,
-                    **_config_changes(base.config.stacks.get(name), head.config.stacks.get(name)))
+                    resources_known=resources_known, **_config_changes(old_f, new_f))
     if s.status == "changed" and s.resources_known and not _has_changes(s):
         s = dataclasses.replace(s, status="unchanged")
     return s

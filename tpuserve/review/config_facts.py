@@ -14,7 +14,7 @@ from typing import Any
 
 from tpuserve.planner.arithmetic import Plan
 from tpuserve.render.boot_script import vllm_command
-from tpuserve.render.vllm_args import compile_cache_key, container_env
+from tpuserve.render.vllm_args import compile_cache_key, container_env, served_config_sha256
 from tpuserve.settings import ConfigError, flag_rules, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.loader import all_warnings
@@ -61,6 +61,7 @@ def config_facts(project: Path, environ: Mapping[str, str] | None = None) -> Con
             plan=plan,
             plan_error=error,
             warnings=tuple(all_warnings(d)),
+            config_sha256=served_config_sha256(d, argv),
         )
     return ConfigFacts(stacks)
 

@@ -1,5 +1,8 @@
 """The pull-request comment: a summary table, then one section per changed stack, then the
-attachments cut to fit GitHub's comment limit. Redacted."""
+attachments cut to fit GitHub's comment limit. Redacted.
+
+Every resource change carries a `running server: ...` line (its ServerEffect), and the summary
+table a `running server` column (the stack's strongest effect)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any
 
 from tpuserve.facts import COLD_START_S, WARM_START_S
 
-from .model import MISSING, AttributeChange, FlagChange, Review, StackReview
+from .model import MISSING, AttributeChange, FlagChange, Review, ServerEffect, StackReview
 from .redact import redact
 
 # The first line of every review: the workflow finds its one comment by it.
@@ -70,6 +73,30 @@ def _attribute_line(a: AttributeChange) -> str:
 
 
 _SYMBOL = {"added": "➕", "removed": "➖", "changed": "✏️"}  # noqa: RUF001 - Markdown badges
+# How the comment names each ServerEffect kind (model.EFFECT_KINDS).
+EFFECT_LABELS = {
+    "none": "not touched",
+    "reconverge_in_place": "re-converges in place, vLLM kept",
+    "queued_resource_created": "new queued resource",
+    "node_created": "new node",
+    "restart_in_place": "restarts in place",
+    "loses_dependency": "loses what it uses",
+    "node_replaced": "node replaced",
+    "queued_resource_replaced": "queued resource replaced",
+    "server_removed": "server removed",
+}
+
+
+def effect_label(e: ServerEffect) -> str:
+    """`restarts in place, cold compile`: the kind, and the compile when vLLM starts."""
+    label = EFFECT_LABELS.get(e.kind, e.kind)
+    return f"{label}, {e.compile} compile" if e.compile else label
+
+
+def _effect_line(e: ServerEffect) -> str:
+    if e.kind == "none":
+        return f"running server: {effect_label(e)} ({_cell(e.why)})"
+    return f"running server: **{effect_label(e)}**: {_cell(e.why)}"
 
 
 def _resources_md(s: StackReview) -> list[str]:
@@ -84,8 +111,12 @@ def _resources_md(s: StackReview) -> list[str]:
     for r in s.resources:
         if whole_stack and r.kind not in ("resource", "data"):
             continue  # outputs and provider blocks come and go with the stack
-        action = "changed, replaced" if r.replaces else r.action
+        replaced = r.replaces or (r.effect is not None and r.effect.kind == "node_replaced")
+        action = "changed, replaced" if replaced else r.action
         out.append(f"- {_SYMBOL[r.action]} {_code(r.address)} ({action})")
+        if r.effect is not None and r.kind == "resource" and not (
+                whole_stack and r.effect.kind == "none"):  # a whole stack: what matters only
+            out.append(f"  - {_effect_line(r.effect)}")
         out += [f"  - {_attribute_line(a)}" for a in r.attributes]
     out.append("")
     return out
@@ -138,8 +169,9 @@ def _stack_md(s: StackReview) -> list[str]:
 
 
 def _summary_md(r: Review) -> list[str]:
-    out = ["| stack | status | Terraform | argv / env | compile cache | capacity |",
-           "|---|---|---|---|---|---|"]
+    out = [("| stack | status | Terraform | argv / env | compile cache | capacity | "
+            "running server |"),
+           "|---|---|---|---|---|---|---|"]
     for s in r.stacks:
         c = s.counts()
         tf = "?" if not s.resources_known else (
@@ -147,7 +179,10 @@ def _summary_md(r: Review) -> list[str]:
         opts = f"{len(s.argv)} flag(s), {len(s.env)} var(s)" if s.argv or s.env else "-"
         cold = "cold next boot" if s.cache_key or s.status == "added" else "-"
         cap = "changed" if s.capacity else "-"
-        out.append(f"| `{s.name}` | {s.status} | {tf} | {opts} | {cold} | {cap} |")
+        effect = s.server_effect
+        server = "?" if not s.resources_known else (
+            "-" if effect is None or effect.kind == "none" else effect_label(effect))
+        out.append(f"| `{s.name}` | {s.status} | {tf} | {opts} | {cold} | {cap} | {server} |")
     return [*out, ""]
 
 

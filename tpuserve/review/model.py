@@ -1,5 +1,11 @@
-"""The review: per stack, the Terraform, argv, env, compile-cache and capacity changes; and
-its JSON (`tpuserve review --json`)."""
+"""The review: per stack, the Terraform, argv, env, compile-cache and capacity changes, and what
+each change does to the running server; and its JSON (`tpuserve review --json`).
+
+`server_effect` (on every resource change, and per stack the strongest of them) is
+`{"kind", "compile", "why"}`; `kind` is one of EFFECT_KINDS (tpuserve.review.effects says when
+each applies), `compile` is "warm", "cold" or null (no vLLM start, or not known), `why` one
+sentence.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,20 @@ from .redact import redact
 Action = Literal["added", "removed", "changed"]
 _NON_RESOURCE = ("data", "output", "provider", "terraform", "locals", "variable", "module")
 Status = Literal["added", "removed", "changed", "unchanged"]
+Compile = Literal["warm", "cold"]
+
+# What a change does to the RUNNING server, mildest first (a stack's summary is its strongest).
+EFFECT_KINDS: tuple[str, ...] = (
+    "none",                      # not touched
+    "reconverge_in_place",       # the node re-runs its boot script; vLLM keeps running
+    "queued_resource_created",   # a new flex request queues; the server boots when granted
+    "node_created",              # a new TPU node boots the server
+    "restart_in_place",          # same node; vLLM restarts with new settings (warm or cold)
+    "loses_dependency",          # something the server uses (secret, bucket, SA, network) goes
+    "node_replaced",             # the TPU VM is deleted and created again (a ForceNew field)
+    "queued_resource_replaced",  # the flex capacity is given up, a new request queues
+    "server_removed",            # the node (or queued resource) is destroyed
+)
 
 
 class _Missing:
@@ -44,10 +64,28 @@ class AttributeChange:
 
 
 @dataclass(frozen=True)
+class ServerEffect:
+    """What one change does to the running server (EFFECT_KINDS)."""
+
+    kind: str
+    compile: Compile | None
+    why: str
+
+    @property
+    def rank(self) -> int:
+        """Severity: EFFECT_KINDS' order, a cold start above a warm one."""
+        return 2 * EFFECT_KINDS.index(self.kind) + (self.compile == "cold")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "compile": self.compile, "why": self.why}
+
+
+@dataclass(frozen=True)
 class ResourceChange:
     address: str
     action: Action
     attributes: tuple[AttributeChange, ...] = ()
+    effect: ServerEffect | None = None  # filled by effects.with_effects
 
     @property
     def kind(self) -> str:
@@ -64,7 +102,8 @@ class ResourceChange:
     def to_json(self) -> dict[str, Any]:
         return {"address": self.address, "kind": self.kind, "action": self.action,
                 "replace": self.replaces,
-                "attributes": [a.to_json() for a in self.attributes]}
+                "attributes": [a.to_json() for a in self.attributes],
+                "server_effect": None if self.effect is None else self.effect.to_json()}
 
 
 @dataclass(frozen=True)
@@ -122,6 +161,12 @@ class StackReview:
     resolved_warnings: tuple[str, ...] = ()
     head_argv: tuple[str, ...] = ()  # the whole argv of a stack new in HEAD
 
+    @property
+    def server_effect(self) -> ServerEffect | None:
+        """The strongest effect of the stack's changes; None when nothing was compared."""
+        effects = [r.effect for r in self.resources if r.effect is not None]
+        return max(effects, key=lambda e: e.rank) if effects else None
+
     def counts(self) -> dict[str, int]:
         """Managed resources only, as terraform plan counts them."""
         managed = [r for r in self.resources if r.kind == "resource"]
@@ -145,6 +190,7 @@ class StackReview:
             "new_warnings": list(self.new_warnings),
             "resolved_warnings": list(self.resolved_warnings),
             "new_stack_argv": list(self.head_argv),
+            "server_effect": None if self.server_effect is None else self.server_effect.to_json(),
         }
 
 

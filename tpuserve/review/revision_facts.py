@@ -24,6 +24,9 @@ class StackFacts:
     plan: Plan | None
     plan_error: str | None
     warnings: tuple[str, ...]
+    # What the running server serves with (image, argv, env), hashed as the boot script
+    # publishes it (guest attribute `config`); "" when not known.
+    config_sha256: str = ""
 
 
 @dataclass(frozen=True)
