@@ -143,8 +143,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # Modules whose units take seconds each (real Terraform, real bash boots against the fakes, a
 # review's sandboxed syntheses) are sent first: the scheduler hands out units in collection
 # order, and a 13 s unit handed out last leaves the other worker idle at the end.
-SLOW_FIRST = ("tests/stacks/test_flex_terraform.py", "tests/render/boot/", "tests/review/",
-              "tests/stacks/test_guard_terraform.py")
+SLOW_FIRST = ("tests/stacks/test_base_lifecycle.py", "tests/stacks/test_flex_terraform.py",
+              "tests/render/boot/", "tests/review/", "tests/stacks/test_guard_terraform.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

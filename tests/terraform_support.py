@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -66,7 +66,8 @@ class OfflineStack:
             config["variable"] = {v: {"type": "string"} for v in variables}
         (self.dir / "main.tf.json").write_text(json.dumps(config, indent=1))
 
-    def read_data(self) -> tuple[dict[str, dict[str, str]], subprocess.CompletedProcess[str] | None]:
+    def read_data(self,
+                  ) -> tuple[dict[str, dict[str, str]], subprocess.CompletedProcess[str] | None]:
         """Every data.external source's result, or the first failing program's run."""
         results: dict[str, dict[str, str]] = {}
         for name, source in self.doc.get("data", {}).get("external", {}).items():

@@ -74,7 +74,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     start = text.index("[stacks.ondemand]")
     cfg.write_text(text[:start] + text[text.index("[stacks.flex]"):])
     edit(cfg, "NUM_PRECOMPILE_WORKERS = 1", "NUM_PRECOMPILE_WORKERS = 4")  # (d)
-    edit(root / "stacks" / "foundation.py", 'description="SSH from Google',  # (e)
+    edit(root / "stacks" / "firewall.py", 'description="SSH from Google',  # (e)
          'description="Plain SSH from Google')
     git(root, "commit", "-q", "-am", "head")
     return {"root": root, "base": base, "head": git(root, "rev-parse", "HEAD")}
@@ -103,7 +103,7 @@ def test_summary_names_every_stack(commits: tuple[Review, str]) -> None:
     r, md = commits
     assert md.startswith(MARKER)
     assert {s.name: s.status for s in r.stacks} == {
-        "spot": "changed", "flex": "changed", "ondemand": "removed"}
+        "base": "unchanged", "spot": "changed", "flex": "changed", "ondemand": "removed"}
 
 
 def test_added_resource_by_address(commits: tuple[Review, str]) -> None:
@@ -151,35 +151,39 @@ def test_compile_cache_key_line(commits: tuple[Review, str]) -> None:
 
 
 def test_what_each_change_does_to_the_running_server(commits: tuple[Review, str]) -> None:
-    """(b) changes the compile-cache key: the VM node restarts in place, cold; the flex
-    queued resource (its body holds the script) is replaced; (c) removes the ondemand server."""
+    """(b) changes the compile-cache key: the VM node restarts in place, cold; so does the flex
+    node (its metadata is patched; the queued resource and its capacity stay: only its stored
+    input changes); (c) removes the ondemand server."""
     r, md = commits
     effects = {(s.name, c.address): c.effect for s in r.stacks for c in s.resources}
     node = effects["spot", "google_tpu_v2_vm.tpu_node"]
     assert node is not None and (node.kind, node.compile) == ("restart_in_place", "cold")
     qr = effects["flex", "terraform_data.queued_resource"]
-    assert qr is not None and (qr.kind, qr.compile) == ("queued_resource_replaced", "cold")
+    assert qr is not None and qr.kind == "none"
+    meta = effects["flex", "terraform_data.node_metadata"]
+    assert meta is not None and (meta.kind, meta.compile) == ("restart_in_place", "cold")
     gone = effects["ondemand", "google_tpu_v2_vm.tpu_node"]
     assert gone is not None and gone.kind == "server_removed"
     firewall = effects["spot", "google_compute_firewall.firewall_api"]
     assert firewall is not None and firewall.kind == "none"
     assert all(e is not None for e in effects.values())
     assert {s.name: s.server_effect.kind for s in r.stacks if s.server_effect} == {
-        "spot": "restart_in_place", "flex": "queued_resource_replaced",
+        "spot": "restart_in_place", "flex": "restart_in_place",
         "ondemand": "server_removed"}
     assert ("| `spot` | changed | +1 ~2 -0 | 1 flag(s), 1 var(s) | cold next boot | changed | "
             "restarts in place, cold compile |") in md
-    assert ("  - running server: **queued resource replaced, cold compile**: queued resource "
-            "replaced: the flex capacity is given up, a new request queues") in md
+    assert "queued resource replaced" not in md
+    assert ("  - running server: **restarts in place, cold compile**: the running node's "
+            "metadata is patched in place") in md
     assert "  - running server: **server removed**: the TPU node is deleted" in md
 
 
 def test_removed_stack(commits: tuple[Review, str]) -> None:
     r, md = commits
     gone = r.stack("ondemand")
-    # 10 of its own, the network and subnet, and the billing guard (account, role, grant,
-    # queue and the terraform_data that arms it).
-    assert gone.counts() == {"added": 0, "changed": 0, "removed": 17}
+    # Its compute only: the node, its firewall rule and the billing guard's arming (the
+    # network, identities, secrets and buckets are the base's, which stays).
+    assert gone.counts() == {"added": 0, "changed": 0, "removed": 3}
     assert "google_tpu_v2_vm.tpu_node" in {c.address for c in gone.resources}
     assert "### `ondemand`: stack removed" in md and "cdktf destroy ondemand" in md
 

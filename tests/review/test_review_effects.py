@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 from typing import Any
 
@@ -144,89 +143,79 @@ def _flex_qr(docs: Docs) -> dict[str, Any]:
     return docs["flex"]["resource"]["terraform_data"]["queued_resource"]
 
 
-def test_a_flex_body_change_gives_up_the_capacity(synthesized: Docs, deployments: Any) -> None:
-    d = deployments["flex"]
+def test_a_flex_body_change_gives_up_the_capacity(synthesized: Docs) -> None:
+    """A change the TPU API cannot apply to a running node (here the run duration): the
+    queued resource is replaced. Its boot script is the same, so the new node boots warm."""
     head = copy.deepcopy(synthesized)
     qr = _flex_qr(head)
-    script = escape_text(render_startup(_vllm(d, max_num_batched_tokens=1024)))
-    qr["input"]["body"]["tpu"]["nodeSpec"][0]["node"]["metadata"]["startup-script"] = script
+    qr["input"]["body"]["runDuration"] = {"maxRunDuration": "7200s"}
     qr["triggers_replace"]["spec_sha256"] = "0" * 64
     r = _review(synthesized, head)
     change = next(c for c in r.stack("flex").resources
                   if c.address == "terraform_data.queued_resource")
     assert change.replaces
     e = change.effect
-    assert e is not None and (e.kind, e.compile) == ("queued_resource_replaced", "cold")
+    assert e is not None and (e.kind, e.compile) == ("queued_resource_replaced", "warm")
     assert e.why.startswith("queued resource replaced: the flex capacity is given up, a new "
                             "request queues")
     doc = json.loads(render_json(r))
     [flex] = [s for s in doc["stacks"] if s["name"] == "flex"]
     assert flex["server_effect"]["kind"] == "queued_resource_replaced"
     [qr_json] = [c for c in flex["resources"] if c["address"] == "terraform_data.queued_resource"]
-    assert qr_json["server_effect"] == {"kind": "queued_resource_replaced", "compile": "cold",
+    assert qr_json["server_effect"] == {"kind": "queued_resource_replaced", "compile": "warm",
                                         "why": e.why}
     assert qr_json["replace"] is True and qr_json["action"] == "changed"  # old keys kept
 
 
-def _with_node_metadata(docs: Docs, script: str, sha: str) -> Docs:
-    """The flex stack as issue 13 shapes it: the node's metadata in a terraform_data of its own
-    (patched onto the running node by its provisioner), out of the queued resource's body."""
+def _flex_script(docs: Docs, script: str, sha: str) -> Docs:
+    """The flex stack with another boot script, as synthesis writes it: in the queued
+    resource's stored body (an in-place input change) and in node_metadata (replaced)."""
     out = copy.deepcopy(docs)
-    out["flex"]["resource"]["terraform_data"]["node_metadata"] = {
-        "input": {"name": "tpuserve-flex", "metadata": {"startup-script": script}},
-        "triggers_replace": {"metadata_sha256": sha},
-    }
-    qr = _flex_qr(out)
-    qr["input"]["body"]["tpu"]["nodeSpec"][0]["node"].pop("metadata", None)
-    qr["triggers_replace"]["spec_sha256"] = hashlib.sha256(
-        json.dumps(qr["input"], sort_keys=True).encode()).hexdigest()
+    data = out["flex"]["resource"]["terraform_data"]
+    for name in ("queued_resource", "node_metadata"):
+        data[name]["input"]["body"]["tpu"]["nodeSpec"][0]["node"]["metadata"][
+            "startup-script"] = script
+    data["node_metadata"]["triggers_replace"]["metadata_sha256"] = sha
     return out
 
 
 def test_a_flex_metadata_change_restarts_in_place(synthesized: Docs, deployments: Any) -> None:
     d = deployments["flex"]
-    base = _with_node_metadata(synthesized, escape_text(render_startup(d)), "a" * 64)
-    warm = _with_node_metadata(synthesized, escape_text(render_startup(_vllm(d, shm_size="16gb"))),
-                               "b" * 64)
-    cold = _with_node_metadata(
+    warm = _flex_script(synthesized, escape_text(render_startup(_vllm(d, shm_size="16gb"))),
+                        "b" * 64)
+    cold = _flex_script(
         synthesized, escape_text(render_startup(_vllm(d, max_num_batched_tokens=1024))), "c" * 64)
-    e = _effect(_review(base, warm), "flex", "terraform_data.node_metadata")
+    e = _effect(_review(synthesized, warm), "flex", "terraform_data.node_metadata")
     assert (e.kind, e.compile) == ("restart_in_place", "warm")
     assert e.why.startswith("the running node's metadata is patched in place (a request still "
                             "waiting re-queues, losing only its place)")
-    r = _review(base, cold)
+    r = _review(synthesized, cold)
     e = _effect(r, "flex", "terraform_data.node_metadata")
     assert (e.kind, e.compile) == ("restart_in_place", "cold")
-    assert "terraform_data.queued_resource" not in {c.address for c in r.stack("flex").resources}
-    # The first deploy of that shape: node_metadata appears and the QR body loses its metadata,
-    # so the queued resource is replaced and node_metadata rides along with it.
-    r = _review(synthesized, base)
-    assert _effect(r, "flex", "terraform_data.queued_resource").kind == "queued_resource_replaced"
-    e = _effect(r, "flex", "terraform_data.node_metadata")
-    assert e.kind == "none" and e.why.startswith("superseded: terraform_data.queued_resource")
+    # The queued resource's stored input changes in place: nothing runs, the capacity stays.
+    qr = _effect(r, "flex", "terraform_data.queued_resource")
+    assert qr.kind == "none"
+    assert r.stack("flex").server_effect.kind == "restart_in_place"  # type: ignore[union-attr]
 
 
 def test_destroying_what_the_server_uses(synthesized: Docs) -> None:
     head = copy.deepcopy(synthesized)
-    del head["spot"]["resource"]["google_secret_manager_secret"]["hf_token_secret"]
+    del head["base"]["resource"]["google_secret_manager_secret"]["hf_token_secret"]
+    del head["base"]["resource"]["google_storage_bucket"]["cache_bucket"]
     del head["spot"]["resource"]["terraform_data"]["billing_guard"]
     head["spot"]["resource"]["google_compute_firewall"]["firewall_ssh"]["description"] = "x"
-    base_stack = {"resource": {"google_storage_bucket": {"shared": {"name": "b"}},
-                               "google_compute_network": {"shared": {"name": "n"}}}}
-    r = _review({**synthesized, "base": base_stack},
-                {**head, "base": {"resource": {"google_compute_network": {
-                    "shared": {"name": "n"}}}}})
-    e = _effect(r, "spot", "google_secret_manager_secret.hf_token_secret")
+    r = _review(synthesized, head)
+    e = _effect(r, "base", "google_secret_manager_secret.hf_token_secret")
     assert e.kind == "loses_dependency"
     assert e.why == "a secret the node reads is destroyed: the running server loses it"
-    assert _effect(r, "base", "google_storage_bucket.shared").kind == "loses_dependency"
+    assert _effect(r, "base", "google_storage_bucket.cache_bucket").kind == "loses_dependency"
     guard = _effect(r, "spot", "terraform_data.billing_guard")
     assert guard.kind == "none" and "disarmed" in guard.why
     assert _effect(r, "spot", "google_compute_firewall.firewall_ssh").kind == "none"
-    # A removed stack: the server goes, its dependencies go with it.
+    # A removed stack: the server goes, what is its own goes with it.
     gone = _review(synthesized, {k: v for k, v in synthesized.items() if k != "ondemand"})
     assert _effect(gone, "ondemand", "google_tpu_v2_vm.tpu_node").kind == "server_removed"
-    assert _effect(gone, "ondemand", "google_storage_bucket.cache_bucket").kind == "none"
+    assert _effect(gone, "ondemand", "google_compute_firewall.firewall_ssh").kind == "none"
     assert gone.stack("ondemand").server_effect.kind == "server_removed"  # type: ignore[union-attr]
 
 

@@ -169,14 +169,15 @@ def test_destroy_flex_keeps_the_base_and_the_next_node_boots_warm(
     # 5. a vLLM setting changes: the running node's metadata is patched, the QR (and its
     # capacity) stays: its input is updated in place (no provisioner runs), node_metadata is
     # replaced and its converge step patches the node.
-    posts = len(project.tpu.calls("POST"))
+    posts, deletes = len(project.tpu.calls("POST")), len(project.tpu.calls("DELETE"))
     flex.use(changed[1])
     done = flex.apply()
     assert "Resources: 1 added, 1 changed, 1 destroyed" in done.stdout, done.stdout
     assert "terraform_data.queued_resource: Modifying" in done.stdout
     assert "metadata updated in place" in done.stdout
-    assert len(project.tpu.calls("POST")) == posts and not [
-        r for r in project.tpu.calls("DELETE")[2:]]
+    assert len(project.tpu.calls("POST")) == posts
+    assert len(project.tpu.calls("DELETE")) == deletes
+    assert [r.query for r in project.tpu.calls("PATCH")] == [{"updateMask": "metadata"}]
     node = project.tpu.node_json(d.node_name)
     assert node["metadata"]["startup-script"] == render_startup(changed[0])
 
