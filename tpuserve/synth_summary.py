@@ -14,6 +14,12 @@ def summarize(stack: str, doc: dict[str, Any]) -> str:
     outputs = doc.get("output", {})
     price = outputs.get("usd_per_hour", {}).get("value", "?")
     tpu = next(iter(resources.get("google_tpu_v2_vm", {}).values()), None)
+    if "teardown_guard" in resources.get("terraform_data", {}):
+        dormant = outputs.get("dormant_usd_per_month", {}).get("value", "?")
+        secrets = len(resources.get("google_secret_manager_secret", {}))
+        buckets = len(resources.get("google_storage_bucket", {}))
+        return (f"{stack:9} long-lived base ({secrets} secrets, {buckets} buckets, network, "
+                f"identities); {count} resources; ${dormant}/month dormant")
     if tpu:
         kind = "spot" if tpu.get("scheduling_config", {}).get("spot") else "on-demand"
         what = f"TPU VM {tpu['name']} ({tpu['accelerator_type']}, {kind})"

@@ -73,3 +73,13 @@ def test_an_unreadable_config_file_is_a_message(tmp_path, monkeypatch, capsys) -
     monkeypatch.chdir(tmp_path)
     assert main.main() == 1
     assert "TPUSERVE_CONFIG = " in capsys.readouterr().err
+
+
+def test_the_synth_summary_names_the_base_and_every_serving_stack(synthesized) -> None:
+    from tpuserve.synth_summary import summarize
+
+    lines = {name: summarize(name, doc) for name, doc in synthesized.items()}
+    assert lines["base"].startswith("base      long-lived base (2 secrets, 2 buckets")
+    assert "/month dormant" in lines["base"]
+    assert lines["spot"].startswith("spot      TPU VM tpuserve-spot (v5litepod-1, spot)")
+    assert lines["flex"].startswith("flex      flex-start queued resource")

@@ -16,6 +16,7 @@ import typer
 from tpuserve.facts import E2B_WEIGHTS_GIB
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
+from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
@@ -137,15 +138,25 @@ def plan(
 
         plan_report.write_png(result, png, provisioning=d.stack.provisioning_model)
         err_console.print(f"wrote {png}", markup=False)
+    # What stays billed after `cdktf destroy STACK`: the deployment's base (issue 13).
+    dormant = dormant_base()
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
-                           **result.to_json()}))
+                           **result.to_json(),
+                           "base": {"deployment": d.gcp.deployment, **dormant.as_json()}}))
         return
     from tpuserve.planner import report as plan_report
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
     plan_report.print_plan(result, console)
+    console.print(
+        f"base `{d.gcp.deployment}` (kept by `cdktf destroy {stack}`): "
+        f"${dormant.usd_per_month:.2f}/month dormant = {dormant.secret_versions} secret versions "
+        f"${dormant.secrets_usd_per_month:.2f} + one compile cache ({dormant.cache_gib:.2f} GiB, "
+        f"SPEC 4) ${dormant.storage_usd_per_month:.4f}; list prices, not measured. Staged "
+        f"weights (the fleet) add ${dormant_base(weights_staged=True).storage_usd_per_month:.2f}"
+        ".", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
