@@ -14,15 +14,24 @@ values. Double quotes only: the rendered script then holds it without any quote 
                            "Authorization: Bearer <key>", from the raw key file RAW
   md5 FILE                 base64 MD5 of FILE, as Cloud Storage reports it in x-goog-hash
   generation FILE          the "generation" of an object resource, as an integer
+  watch ARGS...            the watcher: re-runs the startup-script when its content changes in
+                           metadata (see watch below; the boot script starts it, start_watcher)
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
+import contextlib
+import fcntl
 import hashlib
+import http.client
 import json
+import os
 import re
+import subprocess
 import sys
+import time
 
 # What the proxy accepts as a key: nothing nginx would read as syntax.
 KEY_RE = r"[A-Za-z0-9._~+/=-]{16,512}"
@@ -73,12 +82,218 @@ def generation(path: str) -> None:
         print(int(json.load(f)["generation"]))
 
 
+# ---------------------------------------------------------------- the watcher
+# Metadata updates the startup-script in place (no reboot, no new VM), and the runner runs it
+# only at boot: the watcher long-polls it and runs a changed script the way the runner would.
+# The metadata server is trusted for what it says (the project owner writes the script) but
+# not for how it answers: every request is timed out, a value is read to a bound, and however
+# fast or odd its answers, polls are spaced and errors back off.
+SCRIPT_PATH = "/computeMetadata/v1/instance/attributes/startup-script"
+MAX_SCRIPT_BYTES = 256 * 1024  # a metadata value is at most 256 KB; anything longer: not run
+POLL_TIMEOUT_S = 60  # timeout_sec of one long poll (scaled; the server takes integers, >= 1)
+POLL_GRACE_S = 10  # the client gives up this long after timeout_sec (real seconds)
+MIN_POLL_GAP_S = 5  # between the starts of two polls, whatever the answers: never spins
+BACKOFF_S = (1, 60)  # after a failed poll: 1 s, doubling to 60 s
+APPLY_MAX_S = 4 * 3600  # the budgets of a boot (pull, readiness) end it long before
+RECORD_MAX_S = 180  # one guest-attribute write through the recorder, its throttle included
+ETAG_RE = r"[A-Za-z0-9_.:+/=-]{1,128}"
+
+
+class PollError(Exception):
+    pass
+
+
+class Watcher:
+    """The watcher of a node: `watch --meta-host H --run-dir R --state-dir S --recorder F
+    --scale-us N`. Holds RUN_DIR/watch.lock for its life (a second one exits at once).
+
+    Long-polls SCRIPT_PATH (wait_for_change=true, last_etag, timeout_sec, header
+    Metadata-Flavor: Google). A content change (sha256, not the ETag: the same script written
+    again is nothing to do) is written to STATE_DIR/reconverge/startup-script.sh and run with
+    bash in the environment of the watcher (that of the runner, or of its unit: see
+    start_watcher), once no boot runs (the boot lock). Its guest attribute `reconverge`,
+    written through the recorder (it runs ga, the boot function): watching etag=E (started, first
+    answer) | changed sha256=HEX etag=E | applied sha256=HEX | failed <why>. The end of a boot
+    (RUN_DIR/boot.result: "<sha256 of its script> ready | failed <why>") says whether the
+    script applied; the first baseline is the script the last boot ran.
+    """
+
+    def __init__(self, argv: list[str]) -> None:
+        p = argparse.ArgumentParser(prog="boot_helper.py watch")
+        for name in ("--meta-host", "--run-dir", "--state-dir", "--recorder"):
+            p.add_argument(name, required=True)
+        p.add_argument("--scale-us", type=int, required=True)  # TPUSERVE_TIME_SCALE x 1e6
+        a = p.parse_args(argv)
+        self.host, self.run_dir, self.state_dir = a.meta_host, a.run_dir, a.state_dir
+        self.recorder, self.scale = a.recorder, a.scale_us / 1e6
+        self.timeout_sec = max(1, round(POLL_TIMEOUT_S * self.scale))
+        self.last_words: list[str] = []
+
+    def s(self, seconds: float) -> float:
+        return seconds * self.scale
+
+    def log(self, words: str) -> None:
+        now = time.time()
+        day = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        print(f"{day}.{int(now * 1000) % 1000:03d}Z tpuserve-watch[{os.getpid()}]: {words}",
+              flush=True)
+
+    def record(self, *words: str) -> None:
+        """Guest attribute `reconverge` = WORDS, through the recorder; best effort."""
+        self.last_words = list(words)
+        self.log("reconverge: " + " ".join(words))
+        try:
+            subprocess.run(["bash", self.recorder, *words], stdin=subprocess.DEVNULL,
+                           timeout=max(10.0, self.s(RECORD_MAX_S)), check=False)
+        except (OSError, subprocess.SubprocessError) as e:
+            self.log(f"could not record: {e}")
+
+    def poll(self, etag: str) -> tuple[bytes | None, str]:
+        """One long poll: (value, None when over MAX_SCRIPT_BYTES; its ETag, "0" when the
+        answer had no usable one). PollError: no answer, or not a 200."""
+        query = f"?wait_for_change=true&last_etag={etag}&timeout_sec={self.timeout_sec}"
+        limit = self.timeout_sec + POLL_GRACE_S
+        deadline = time.monotonic() + limit
+        conn = http.client.HTTPConnection(self.host, timeout=limit)
+        try:
+            conn.request("GET", SCRIPT_PATH + query, headers={"Metadata-Flavor": "Google"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise PollError(f"HTTP {resp.status}")
+            chunks, size = [], 0
+            while size <= MAX_SCRIPT_BYTES:
+                if time.monotonic() > deadline:
+                    raise PollError(f"answer slower than {limit} s")
+                chunk = resp.read(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            new_etag = resp.getheader("ETag") or ""
+            new_etag = new_etag if re.fullmatch(ETAG_RE, new_etag) else "0"
+            return (b"".join(chunks) if size <= MAX_SCRIPT_BYTES else None), new_etag
+        except (OSError, http.client.HTTPException) as e:
+            raise PollError(f"{type(e).__name__}: {e}") from None
+        finally:
+            conn.close()
+
+    def booted_sha(self) -> str:
+        """The sha256 of the script the last boot on this node ran, if it said."""
+        try:
+            with open(os.path.join(self.run_dir, "boot.result")) as f:
+                word = f.read(200).split(" ", 1)[0]
+        except OSError:
+            return ""
+        return word if re.fullmatch(r"[0-9a-f]{64}", word) else ""
+
+    def wait_boot_lock(self) -> bool:
+        """Wait until no boot runs (the boot lock is free); False after APPLY_MAX_S."""
+        deadline = time.monotonic() + max(60.0, self.s(APPLY_MAX_S))
+        with open(os.path.join(self.run_dir, "boot.lock"), "a") as lock:
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True  # released on close: the script takes it itself
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(max(0.01, self.s(1)))
+
+    def apply(self, script: bytes, sha: str) -> list[str]:
+        """Run SCRIPT as the runner would; the words of its outcome."""
+        folder = os.path.join(self.state_dir, "reconverge")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, "startup-script.sh")
+        with open(path + ".new", "wb") as f:
+            f.write(script)
+        os.chmod(path + ".new", 0o700)
+        os.replace(path + ".new", path)
+        result_file = os.path.join(self.run_dir, "boot.result")
+        limit = max(60.0, self.s(APPLY_MAX_S))
+        for _attempt in range(3):
+            if not self.wait_boot_lock():
+                return ["failed", "another boot kept the boot lock; not run"]
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(result_file)
+            try:
+                rc = subprocess.run(["bash", path], stdin=subprocess.DEVNULL, timeout=limit,
+                                    check=False).returncode
+            except subprocess.TimeoutExpired:  # bash is killed; what it ran ends on its own
+                return ["failed", f"the script ran over {limit:.0f} s: stopped"]
+            except OSError as e:
+                return ["failed", f"could not run bash: {e}"]
+            try:
+                with open(result_file) as f:
+                    ran, _, outcome = f.readline().strip().partition(" ")
+            except OSError:
+                ran, outcome = "", ""
+            if not (rc == 0 and ran and ran != sha):
+                break
+            # Another boot (a manual run) took the lock first: this one found it and skipped.
+            self.log(f"a boot of another script (sha256={ran}) ran first; again")
+        if ran == sha and outcome == "ready":
+            return ["applied", "sha256=" + sha]
+        if ran == sha and outcome:
+            word, _, why = outcome.partition(" ")
+            return [word, why[:300]]
+        if rc == 0:  # an older script, which says nothing of its end
+            return ["applied", "sha256=" + sha, "(exit 0; the script wrote no result)"]
+        return ["failed", f"exit {rc}"]
+
+    def run(self) -> None:
+        lock = open(os.path.join(self.run_dir, "watch.lock"), "a")  # noqa: SIM115 (held for life)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # one runs already
+        with open(os.path.join(self.run_dir, "watch.pid"), "w") as f:
+            f.write(f"{os.getpid()}\n")
+        current = self.booted_sha()
+        self.log(f"watching the startup-script (booted sha256={current or None})")
+        etag, backoff, last_start, announced = "0", BACKOFF_S[0], 0.0, False
+        while True:
+            gap = last_start + self.s(MIN_POLL_GAP_S) - time.monotonic()
+            if gap > 0:
+                time.sleep(gap)
+            last_start = time.monotonic()
+            try:
+                script, etag = self.poll(etag)
+            except PollError as e:
+                self.log(f"poll failed ({e}); next in {self.s(backoff):g} s")
+                time.sleep(self.s(backoff))
+                backoff = min(backoff * 2, BACKOFF_S[1])
+                continue
+            backoff = BACKOFF_S[0]
+            if script is None:  # not run; its ETag is kept: the next poll waits for a change
+                too_big = f"metadata: startup-script over {MAX_SCRIPT_BYTES} bytes: not run"
+                words = ["failed", too_big]
+                if self.last_words != words:
+                    self.record(*words)
+                continue
+            sha = hashlib.sha256(script).hexdigest()
+            if not current:
+                current = sha  # a boot that did not say: what metadata holds now is its script
+            if not announced:
+                self.record("watching", "etag=" + etag)
+                announced = True
+            if sha == current:
+                continue
+            current = sha
+            self.record("changed", "sha256=" + sha, "etag=" + etag)
+            self.record(*self.apply(script, sha))
+
+
+def watch(*argv: str) -> None:
+    Watcher(list(argv)).run()
+
+
 COMMANDS = {
     "error-status": error_status,
     "secret-payload": secret_payload,
     "key-rule": key_rule,
     "md5": md5,
     "generation": generation,
+    "watch": watch,
 }
 
 

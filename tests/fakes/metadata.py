@@ -5,10 +5,26 @@ Accepts what the real server documents and nothing else: every request needs
 `X-Forwarded-For` are refused, guest attributes are written with PUT to
 `/computeMetadata/v1/instance/guest-attributes/NAMESPACE/KEY` with the value as the body.
 Point code at it with `GCE_METADATA_HOST=<fake.host>`, the variable google-auth reads.
+
+Instance attributes answer with an `ETag` header and take the documented "waiting for
+updates" query (compute/docs/metadata/querying-metadata, and Google's own watchers:
+compute-image-packages metadata_watcher.py, cloud.google.com/go/compute/metadata Subscribe):
+  wait_for_change=true  hold the request until the value changes; `false` (or absent): answer
+                        at once. Any other value: 400
+  last_etag=E           with E not the current ETag, answer at once (how a client that missed
+                        a change catches up; Google's watcher starts with last_etag=0)
+  timeout_sec=N         hold at most N seconds, then answer the current value and ETag (200).
+                        N must be an integer: anything else is a 400, as the real one answers
+A key that does not exist is a 404 at once, waiting or not; one deleted while a request
+waits ends it with a 404. The ETag changes with every write of the value, the same content
+included (a metadata update that rewrites it). `set_attribute` (and `touch_attribute`, a new
+ETag for the same value) wake the waiters; a direct change of `attributes` is noticed within
+50 ms.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -148,6 +164,11 @@ class FakeMetadata:
     def __init__(self, *, access_token: str, attributes: dict[str, str] | None = None) -> None:
         self.access_token = access_token
         self.attributes = dict(attributes or {})
+        # Every request for an instance attribute: (time.time(), key, query string, status).
+        self.attribute_requests: list[tuple[float, str, str, int]] = []
+        self._writes_of: dict[str, int] = {}  # key -> writes so far (a part of its ETag)
+        self._changed = threading.Condition()
+        self._stopped = False
         self.external_ip: str | None = None  # None: no external access config (404)
         self.guest_attributes: dict[tuple[str, str], str] = {}
         self.writes: list[GuestWrite] = []
@@ -170,7 +191,39 @@ class FakeMetadata:
         return self
 
     def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
         self.server.stop()
+
+    # -- instance attributes
+    def set_attribute(self, key: str, value: str | None) -> None:
+        """Write (None: delete) an instance attribute, as a metadata update does: a new ETag,
+        and every request waiting on the key answers."""
+        with self._changed:
+            if value is None:
+                self.attributes.pop(key, None)
+            else:
+                self.attributes[key] = value
+            self._writes_of[key] = self._writes_of.get(key, 0) + 1
+            self._changed.notify_all()
+
+    def touch_attribute(self, key: str) -> None:
+        """Rewrite an attribute with its own value: same content, a new ETag."""
+        self.set_attribute(key, self.attributes[key])
+
+    def etag(self, key: str) -> str | None:
+        """The current ETag of an attribute (16 hex, like the real one's), None if absent."""
+        value = self.attributes.get(key)
+        if value is None:
+            return None
+        seed = f"{key}\0{self._writes_of.get(key, 0)}\0{value}".encode()
+        return hashlib.sha256(seed).hexdigest()[:16]
+
+    def attribute_polls(self, key: str) -> list[tuple[float, str, int]]:
+        """(time, query string, status) of the requests for one attribute."""
+        with self._lock:
+            return [(at, q, status) for at, k, q, status in self.attribute_requests if k == key]
 
     def namespace(self, namespace: str) -> dict[str, str]:
         """Current guest attributes of one namespace, key -> value."""
@@ -192,10 +245,12 @@ class FakeMetadata:
         if path == TOKEN_PATH and request.method == "GET":
             return self._token()
         if path.startswith(ATTRIBUTES_PREFIX) and request.method == "GET":
-            value = self.attributes.get(path.removeprefix(ATTRIBUTES_PREFIX))
-            if value is None:
-                return _not_found()
-            return Response(value, 200, mimetype="application/text")
+            key = path.removeprefix(ATTRIBUTES_PREFIX)
+            response = self._attribute(request, key)
+            with self._lock:
+                self.attribute_requests.append(
+                    (time.time(), key, request.query_string.decode(), response.status_code))
+            return response
         if path == EXTERNAL_IP_PATH and request.method == "GET":
             if self.external_ip is None:
                 return _not_found()
@@ -203,6 +258,33 @@ class FakeMetadata:
         if path.startswith(GUEST_PREFIX):
             return self._guest(request, path.removeprefix(GUEST_PREFIX))
         return _not_found()
+
+    def _attribute(self, request: Request, key: str) -> Response:
+        args = request.args
+        wait = args.get("wait_for_change", "false")
+        if wait not in ("true", "false"):
+            return Response("Invalid value for wait_for_change\n", 400)
+        timeout: float | None = None
+        if "timeout_sec" in args:
+            if not re.fullmatch(r"[0-9]+", args["timeout_sec"]):
+                return Response("timeout_sec must be an integer\n", 400)
+            timeout = int(args["timeout_sec"])
+        with self._changed:
+            etag = self.etag(key)
+            if wait == "true" and etag is not None and args.get("last_etag", etag) == etag:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while self.etag(key) == etag and not self._stopped:
+                    left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+                    if left <= 0:
+                        break
+                    self._changed.wait(left)
+                etag = self.etag(key)
+            value = self.attributes.get(key)
+        if value is None or etag is None:
+            return _not_found()
+        response = Response(value, 200, mimetype="application/text")
+        response.headers["ETag"] = etag
+        return response
 
     def _token(self) -> Response:
         with self._lock:

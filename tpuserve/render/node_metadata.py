@@ -10,9 +10,10 @@ from collections.abc import Callable
 # The guest attributes the boot script writes (namespace facts.GUEST_ATTRIBUTE_NAMESPACE), in
 # the order a boot first writes them; their values: the script's header. The one list: the
 # renderer and its tests, and the CLI's reader (ops/boot_phases.py), take it from here.
+# `reconverge` is the watcher's (the script re-run in place when metadata changes), not a boot's.
 GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
-    "boot", "state", "secret", "tls", "image", "cache", "container", "memory", "kv_cache",
-    "startup_complete", "health", "bypass_check", "cache_publish",
+    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "memory",
+    "kv_cache", "startup_complete", "health", "bypass_check", "cache_publish", "reconverge",
 )
 
 

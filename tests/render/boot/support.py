@@ -48,8 +48,8 @@ NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
 CREATE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z, the node's createTime in the fake TPU API
 # Phases a full boot records, in order.
 BOOT_STORY = [
-    "boot", "state", "secret", "tls", "image", "cache", "container", "memory", "kv_cache",
-    "startup_complete", "health", "bypass_check", "state", "cache_publish",
+    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "memory",
+    "kv_cache", "startup_complete", "health", "bypass_check", "state", "cache_publish",
 ]
 IMAGE = "vllm/vllm-tpu:nightly"  # config/default.toml's vllm.image: a mutable tag
 EXTERNAL_IP = "34.1.2.3"  # the booted node's access config, in its certificate
@@ -196,11 +196,44 @@ class Node:
         )
 
     def stop(self) -> None:
-        """Power off: kill the containers' processes (state stays)."""
+        """Power off: kill the watcher (and a boot it runs), then the containers' processes
+        (state stays)."""
+        self.stop_watcher()
         for path in (self.docker_state / "containers").glob("*.json"):
             pid = json.loads(path.read_text()).get("pid", 0)
             if pid:
                 _kill_group(pid)
+
+    # -- the watcher (boot_helper.py watch): a detached process group under TPUSERVE_ROOT
+    @property
+    def watch_log(self) -> Path:
+        return self.root / "var/log/tpuserve/watch.log"
+
+    def watcher_pids(self) -> list[int]:
+        """Live processes running this node's watcher (its python3 `watch` command line)."""
+        helper = str(self.root / "var/lib/tpuserve/boot_helper.py")
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z" and helper.encode() in argv and b"watch" in argv:
+                pids.append(int(proc.name))
+        return pids
+
+    def stop_watcher(self) -> None:
+        """Kill the watcher's process group (setsid: its pid), a boot it runs included."""
+        pid_file = self.root / "run/tpuserve/watch.pid"
+        pids = set(self.watcher_pids())
+        if pid_file.exists():
+            pids.add(int(pid_file.read_text()))
+        for pid in pids:
+            _kill_group(pid)
+        wait_for(lambda: not self.watcher_pids(), "the watcher to end", timeout=10)
 
     # -- observations
     def docker_calls(self) -> list[dict]:
@@ -240,7 +273,7 @@ class Node:
 
 
 def _kill_group(pid: int) -> None:
-    with suppress(ProcessLookupError):
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
