@@ -286,12 +286,16 @@ def test_the_image_digest_completes_the_cache_key(tmp_path: Path) -> None:
 
 def test_the_guest_attribute_keys_are_one_list() -> None:
     """The renderer, its tests and the CLI's reader share render/node_metadata's list; the CLI's
-    phases are those keys (less state and tls) with the off-node guard's after boot."""
+    phases are those keys (less state and tls, and config and reconverge, which
+    ops/served_config.py reads) with the off-node guard's after boot."""
     assert [k for k, _ in boot_phases.PHASES] == [
         "boot", "guard", "secret", "image", "cache", "container", "memory", "kv_cache",
         "startup_complete", "health", "bypass_check", "cache_publish"]
-    assert {k for k, _ in boot_phases.PHASES} == set(GUEST_ATTRIBUTE_KEYS) - {"state", "tls"} | {
+    not_phases = {"state", "tls", "config", "reconverge"}
+    assert {k for k, _ in boot_phases.PHASES} == set(GUEST_ATTRIBUTE_KEYS) - not_phases | {
         "guard"}
+    from tpuserve.ops import served_config
+    assert {served_config.CONFIG_KEY, served_config.RECONVERGE_KEY} == {"config", "reconverge"}
 
 
 def test_the_helper_is_carried_verbatim_and_holds_no_config_value(

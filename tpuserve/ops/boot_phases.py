@@ -20,6 +20,7 @@ from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS
 NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
 # How the CLI names each phase. Not phases: `state` (read apart) and `tls` (the certificate).
 # `guard` is the billing guard's, written off the node; it is shown right after the boot began.
+# Not phases: `state` and `tls` (read apart), `config` and `reconverge` (ops/served_config.py).
 _LABELS = {
     "boot": "boot started",
     "guard": "billing guard",
