@@ -24,8 +24,8 @@ def test_endpoint_prints_url_and_key_command_not_the_key(cli_env: Env) -> None:
     out = result.stdout
     assert f"http://127.0.0.1:{cli_env.oai.port}" in out
     assert (f'export OPENAI_API_KEY="$(gcloud secrets versions access latest '
-            f'--secret=tpuserve-flex-api-key --project={PROJECT})"') in out
-    assert "gcloud secrets versions add tpuserve-flex-api-key" in out  # how to create one
+            f'--secret=tpuserve-api-key --project={PROJECT})"') in out
+    assert "gcloud secrets versions add tpuserve-api-key" in out  # how to create one
     assert API_KEY not in out + result.stderr
     assert cli_env.oai.requests == []  # the server is not even asked
 
@@ -35,7 +35,7 @@ def test_endpoint_json(cli_env: Env) -> None:
     doc = json.loads(invoke("endpoint", "spot", "--json").stdout)
     assert doc["openai_base_url"] == f"http://127.0.0.1:{cli_env.oai.port}/v1"
     assert doc["api_key_required"] is True
-    assert doc["api_key_secret"] == "tpuserve-spot-api-key"
+    assert doc["api_key_secret"] == "tpuserve-api-key"
     assert API_KEY not in json.dumps(doc)
 
 

@@ -57,7 +57,7 @@ def test_stack_with_proxy_needs_a_key(cli_env: Env) -> None:
     result = invoke("smoke", "flex", env={"OPENAI_API_KEY": ""})
     assert result.exit_code == 2
     assert_one_line_error(result, "no key was given",
-                          "gcloud secrets versions access latest --secret=tpuserve-flex-api-key")
+                          "gcloud secrets versions access latest --secret=tpuserve-api-key")
 
 
 def test_open_metrics_fails_the_auth_check(cli_env: Env) -> None:

@@ -27,7 +27,7 @@ def test_wait_prints_the_endpoint_of_a_serving_stack(cli_env: Env) -> None:
     assert result.exit_code == 0, result.stderr
     assert "external IP  127.0.0.1" in result.stdout
     assert f"http://127.0.0.1:{cli_env.oai.port}/v1" in result.stdout
-    assert "gcloud secrets versions access latest --secret=tpuserve-flex-api-key" in result.stdout
+    assert "gcloud secrets versions access latest --secret=tpuserve-api-key" in result.stdout
     for phase in ("queued resource: ACTIVE", "node: READY", "boot: ready", "health: ok"):
         assert phase in result.stderr
 
@@ -104,7 +104,7 @@ def test_preempted_node_fails_at_once(cli_env: Env) -> None:
 def test_boot_failure_in_guest_attributes(cli_env: Env) -> None:
     cli_env.seed_ready("ondemand", attrs={
         "boot": "2030-01-01T10:00:00.000Z started",
-        "state": "2030-01-01T10:01:00.000Z failed could not read secret tpuserve-ondemand-hf-token",
+        "state": "2030-01-01T10:01:00.000Z failed could not read secret tpuserve-hf-token",
     })
     result = invoke("wait", "ondemand", "--timeout", "600")
     assert result.exit_code == 1

@@ -48,12 +48,13 @@ def test_build_body_is_the_documented_flex_start_shape() -> None:
                 "metadata": {"startup-script": SCRIPT, "enable-guest-attributes": "TRUE",
                              "enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE"},
                 "serviceAccount": {
-                    "email": "tpuserve-flex-vm@tpuserve-placeholder.iam.gserviceaccount.com",
+                    "email": "tpuserve-node@tpuserve-placeholder.iam.gserviceaccount.com",
                     "scope": ["https://www.googleapis.com/auth/cloud-platform"],
                 },
                 "tags": ["tpuserve-flex"],
                 "labels": {"stack": "flex", "model": "google-gemma-4-e2b-it",
-                           "provisioning-model": "flex", "managed-by": "tpuserve"},
+                           "provisioning-model": "flex", "managed-by": "tpuserve",
+                           "deployment": "tpuserve"},
             },
         }]},
     }

@@ -177,7 +177,7 @@ def test_destroy_flex_keeps_the_base_and_the_next_node_boots_warm(
     assert "metadata updated in place" in done.stdout
     assert len(project.tpu.calls("POST")) == posts
     assert len(project.tpu.calls("DELETE")) == deletes
-    assert [r.query for r in project.tpu.calls("PATCH")] == [{"updateMask": "metadata"}]
+    assert [r.query["updateMask"] for r in project.tpu.calls("PATCH")] == ["metadata"]
     node = project.tpu.node_json(d.node_name)
     assert node["metadata"]["startup-script"] == render_startup(changed[0])
 

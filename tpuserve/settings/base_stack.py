@@ -22,9 +22,10 @@ BASE_STACK = "base"
 DEFAULT_DEPLOYMENT = "tpuserve"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Base:
-    """The base's settings (the top-level [gcp], [cache] and [state] of the config)."""
+    """The base's settings (the top-level [gcp], [cache] and [state] of the config). Two are
+    the same base when their `identity` is: the zone within the region does not matter."""
 
     gcp: GcpSettings
     cache: CacheSettings
@@ -44,6 +45,12 @@ class Base:
             "state.gcs_bucket": self.state.gcs_bucket,
             "state.gcs_prefix": self.state.gcs_prefix,
         }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Base) and self.identity == other.identity
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.identity.items()))
 
     @property
     def deployment(self) -> str:

@@ -20,7 +20,7 @@ def test_an_api_key_that_is_not_a_token_fails_the_boot_without_showing_it(cloud:
     cloud.secrets.add_version(cloud.deployment.api_key_secret_id, cloud.api_key.encode())
     node = cloud.node()
     out = node.run(expect_rc=1)
-    assert node.attrs()["state"].startswith("failed secret tpuserve-spot-api-key is not a usable")
+    assert node.attrs()["state"].startswith("failed secret tpuserve-api-key is not a usable")
     assert "openssl rand -base64 32" in out
     assert cloud.api_key not in out
     assert node.docker_commands("run") == []
