@@ -102,6 +102,7 @@ from cdktf_cdktf_provider_google_beta.google_cloud_tasks_queue import (  # noqa:
 from cdktf_cdktf_provider_google_beta.google_compute_firewall import (  # noqa: F401
     GoogleComputeFirewall,
     GoogleComputeFirewallAllow,
+    GoogleComputeFirewallDeny,
 )
 from cdktf_cdktf_provider_google_beta.google_compute_network import (  # noqa: F401
     GoogleComputeNetwork,

@@ -16,6 +16,8 @@ from tpuserve.settings.base_stack import Base
 
 from .cdk import (
     Construct,
+    GoogleComputeFirewall,
+    GoogleComputeFirewallDeny,
     GoogleComputeNetwork,
     GoogleComputeSubnetwork,
     GoogleComputeSubnetworkLogConfig,
@@ -56,4 +58,18 @@ class Network(Construct):
             ),
         )
         subnet.override_logical_id("subnetwork")
-        self.resources = [network, subnet]
+        # Ingress is denied by Google's implied rule already; this one says so in the network
+        # itself, at the lowest priority a rule can have, so every serving stack's allow rule
+        # (priority 1000, its own tag) is the only way in, and a deleted allow rule closes.
+        deny = GoogleComputeFirewall(
+            self, "firewall_deny_ingress",
+            name=f"{d.network_name}-deny-ingress",
+            network=network.name,
+            direction="INGRESS",
+            priority=65534,
+            deny=[GoogleComputeFirewallDeny(protocol="all")],
+            source_ranges=["0.0.0.0/0"],
+            description="Baseline: no ingress but what a serving stack's own rules allow",
+        )
+        deny.override_logical_id("firewall_deny_ingress")
+        self.resources = [network, subnet, deny]

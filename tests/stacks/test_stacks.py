@@ -24,6 +24,7 @@ NODE_SA = "tpuserve-node@tpuserve-placeholder.iam.gserviceaccount.com"
 BASE_RESOURCES = {
     "google_compute_network": {"network"},
     "google_compute_subnetwork": {"subnetwork"},
+    "google_compute_firewall": {"firewall_deny_ingress"},
     "google_service_account": {"service_account", "guard_service_account"},
     "google_secret_manager_secret": {"hf_token_secret", "api_key_secret"},
     "google_secret_manager_secret_iam_member": {"hf_token_secret_accessor",
@@ -310,6 +311,10 @@ def test_the_deployment_has_a_network_of_its_own(synthesized) -> None:
     assert (sub["name"], sub["region"], sub["ip_cidr_range"]) == (
         "tpuserve-net-us-west4", "us-west4", "10.64.0.0/20")
     assert sub["network"] == "${google_compute_network.network.id}"
+    deny = resources(doc, "google_compute_firewall")["firewall_deny_ingress"]
+    assert (deny["direction"], deny["priority"], deny["deny"], deny["source_ranges"]) == (
+        "INGRESS", 65534, [{"protocol": "all"}], ["0.0.0.0/0"])
+    assert "allow" not in deny
     for stack in SERVING:
         for rule in resources(synthesized[stack], "google_compute_firewall").values():
             assert rule["network"] == "tpuserve-net"
