@@ -13,8 +13,9 @@ from pydantic import (
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.string_rules import check, shown
 
-STACK_NAMES = ("spot", "ondemand", "flex")
-ProvisioningModel = Literal["spot", "ondemand", "flex"]
+# The serving stacks, each named for what it runs on; `fleet` is replicas on GKE.
+STACK_NAMES = ("spot", "ondemand", "flex", "fleet")
+ProvisioningModel = Literal["spot", "ondemand", "flex", "fleet"]
 
 class StrictModel(BaseModel):
     """Unknown keys are typos: reject them instead of silently ignoring a setting.

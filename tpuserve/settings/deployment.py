@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated
 
@@ -14,6 +15,7 @@ from tpuserve.facts import FLEX_ZONES_BAD, FLEX_ZONES_GOOD
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, spec_error
 from tpuserve.settings.base_stack import Base
+from tpuserve.settings.fleet import FleetSettings
 from tpuserve.settings.sections import (
     AccessSettings,
     CacheSettings,
@@ -40,7 +42,34 @@ class Deployment(StrictModel):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     state: StateSettings = Field(default_factory=StateSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)  # the fleet stack's only
     stack: StackSettings
+
+    @model_validator(mode="after")
+    def _fleet_is_its_own_kind(self) -> Deployment:
+        # The stack named `fleet` runs on GKE; no other stack may, and it may run nothing else.
+        if (self.name == "fleet") != (self.stack.provisioning_model == "fleet"):
+            raise spec_error(
+                "stack.provisioning_model", self.stack.provisioning_model,
+                "the stack named fleet, and only it, has provisioning_model = 'fleet' (its "
+                "node pools' models are [fleet] provisioning)",
+                "a serving stack's name is what it runs on: spot, ondemand, flex or fleet",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fleet_ranges_apart_from_the_subnet(self) -> Deployment:
+        if self.name != "fleet":
+            return self
+        subnet = ipaddress.ip_network(self.gcp.subnet_cidr)
+        for name in ("pods_cidr", "services_cidr", "proxy_only_cidr"):
+            net = ipaddress.ip_network(getattr(self.fleet, name))
+            if net.overlaps(subnet):
+                raise ValueError(
+                    f"fleet.{name} = {str(net)!r} overlaps gcp.subnet_cidr = "
+                    f"{self.gcp.subnet_cidr!r}: the cluster's ranges live beside the subnet"
+                )
+        return self
 
     @model_validator(mode="after")
     def _label_values(self) -> Deployment:
@@ -102,8 +131,13 @@ class Deployment(StrictModel):
         return f"{self.tpu_parent}/nodes/{self.node_name}"
 
     @property
+    def is_fleet(self) -> bool:
+        return self.stack.provisioning_model == "fleet"
+
+    @property
     def has_billing_guard(self) -> bool:
-        return self.stack.provisioning_model != "flex" and self.stack.max_run_hours > 0
+        return self.stack.provisioning_model in ("spot", "ondemand") and (
+            self.stack.max_run_hours > 0)
 
     # What the base holds, by name (settings/base_stack.py): one source for every stack.
     @property
@@ -140,7 +174,10 @@ class Deployment(StrictModel):
 
     @property
     def usd_per_hour(self) -> float:
-        return getattr(self.pricing, self.stack.provisioning_model) * self.tpu.chips
+        """$/hour of one server: for the fleet, one replica in its first-choice pool."""
+        model = (self.fleet.provisioning[0] if self.is_fleet
+                 else self.stack.provisioning_model)
+        return getattr(self.pricing, model) * self.tpu.chips
 
     @property
     def labels(self) -> dict[str, str]:

@@ -12,6 +12,7 @@ from tpuserve.facts import (
     MODEL_KV_HEADS,
 )
 from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
 
 
 def deployment_warnings(d: Deployment) -> list[str]:
@@ -48,7 +49,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
             f"vllm.max_num_seqs = {v.max_num_seqs}: capping it was worse in every measured "
             "cell (SPEC 4: 64 vs the default 256); leave it unset"
         )
-    if d.stack.provisioning_model != "flex" and d.stack.max_run_hours == 0:
+    if d.stack.provisioning_model in ("spot", "ondemand") and d.stack.max_run_hours == 0:
         monthly = d.usd_per_hour * HOURS_PER_MONTH
         out.append(
             f"stack.max_run_hours = 0: the billing guard is off; {d.stack.provisioning_model} "
@@ -88,5 +89,25 @@ def deployment_warnings(d: Deployment) -> list[str]:
             f"tpu.accelerator_type = {d.tpu.accelerator_type!r}: every figure in SPEC was "
             "measured on v5litepod-1"
         )
-    return out
+    return out + fleet_warnings(d)
 
+
+def fleet_warnings(d: Deployment) -> list[str]:
+    """The fleet's soft rules: an image without its real digest, a Gateway without TLS."""
+    if not d.is_fleet:
+        return []
+    out = []
+    if "@sha256:" not in d.vllm.image or d.vllm.image.endswith(PLACEHOLDER_DIGEST):
+        out.append(
+            f"vllm.image = {d.vllm.image!r}: the fleet runs an image pinned by its real digest "
+            "(repo@sha256:...; the compile-cache key must change with the image's content, "
+            "and a pod cannot know a tag's digest before it starts); `cdktf deploy fleet` "
+            "refuses it until you set one (`docker buildx imagetools inspect IMAGE`)"
+        )
+    if d.fleet.domain is None:
+        out.append(
+            "fleet.domain is unset: the Gateway serves plain HTTP on its address, so the API "
+            "key and every prompt cross the network in clear text; set a domain you control "
+            "for a Google-managed certificate (HTTPS on 443)"
+        )
+    return out
