@@ -17,6 +17,7 @@ from tpuserve.facts import E2B_WEIGHTS_GIB
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
 from tpuserve.planner.base_cost import dormant_base
+from tpuserve.planner.fleet_cost import fleet_for
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
@@ -131,25 +132,33 @@ def plan(
     for warning in all_warnings(d):
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
+    # The fleet: N replicas of this one-chip plan on GKE (its first-choice pool prices a chip).
+    fleet = fleet_for(d, result) if d.is_fleet else None
     if png is not None:
         from tpuserve.planner import (
             report as plan_report,  # matplotlib and rich: only when they are used
         )
 
-        plan_report.write_png(result, png, provisioning=d.stack.provisioning_model)
+        plan_report.write_png(result, png, provisioning=(
+            d.fleet.provisioning[0] if d.is_fleet else d.stack.provisioning_model))
         err_console.print(f"wrote {png}", markup=False)
     # What stays billed after `cdktf destroy STACK`: the deployment's base (issue 13).
     dormant = dormant_base()
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),
-                           "base": {"deployment": d.gcp.deployment, **dormant.as_json()}}))
+                           "base": {"deployment": d.gcp.deployment, **dormant.as_json()},
+                           **({} if fleet is None else {"fleet": fleet.as_json()})}))
         return
     from tpuserve.planner import report as plan_report
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
     plan_report.print_plan(result, console)
+    if fleet is not None:
+        from tpuserve.planner import fleet_report
+
+        fleet_report.print_fleet(fleet, console)
     console.print(
         f"base `{d.gcp.deployment}` (kept by `cdktf destroy {stack}`): "
         f"${dormant.usd_per_month:.2f}/month dormant = {dormant.secret_versions} secret versions "
