@@ -17,7 +17,6 @@ from tpuserve.facts import E2B_WEIGHTS_GIB
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
 from tpuserve.planner.base_cost import dormant_base
-from tpuserve.planner.fleet_cost import fleet_for
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
@@ -133,7 +132,11 @@ def plan(
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
     # The fleet: N replicas of this one-chip plan on GKE (its first-choice pool prices a chip).
-    fleet = fleet_for(d, result) if d.is_fleet else None
+    fleet = None
+    if d.is_fleet:
+        from tpuserve.planner.fleet_cost import fleet_for  # the fleet's only: not on every start
+
+        fleet = fleet_for(d, result)
     if png is not None:
         from tpuserve.planner import (
             report as plan_report,  # matplotlib and rich: only when they are used
