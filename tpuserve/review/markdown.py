@@ -83,7 +83,7 @@ EFFECT_LABELS = {
     "node_created": "new node",
     "restart_in_place": "restarts in place",
     "rolling_restart": "rolling restart of the replicas",
-    "scaling_changed": "scaling bounds change, no restart",
+    "scaling_changed": "autoscaler changed",
     "loses_dependency": "loses what it uses",
     "node_replaced": "node replaced",
     "queued_resource_replaced": "queued resource replaced",
