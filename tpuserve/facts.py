@@ -38,6 +38,14 @@ CHECKPOINT_GIB = 9.54
 GCS_STANDARD_USD_PER_GIB_MONTH = 0.023
 SECRET_VERSION_USD_PER_MONTH = 0.06
 
+# List prices for the fleet (Google's pricing pages, not measured here; the fleet planner says
+# so): GKE's cluster management fee, $/cluster-hour (the free tier's monthly credit covers one
+# zonal or Autopilot cluster per billing account; the planner computes without it), and the
+# on-demand e2-standard-4 (4 vCPU, 16 GB) in us-west4 that runs the fleet's system node pool.
+GKE_CLUSTER_USD_PER_HOUR = 0.10
+GKE_FREE_TIER_USD_PER_MONTH = 74.40
+MACHINE_USD_PER_HOUR: Mapping[str, float] = {"e2-standard-4": 0.150924}
+
 # SPEC 7: "24/7 for a month (730 h)".
 HOURS_PER_MONTH = 730.0
 

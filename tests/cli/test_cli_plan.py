@@ -152,3 +152,43 @@ def test_a_malformed_stacks_table_is_one_line(tmp_path: Path, monkeypatch: pytes
     result = invoke("--stack", "spot")
     assert result.exit_code == 2
     assert_one_line(result, needle)
+
+
+FLEET_TOML = """
+[stacks.fleet]
+provisioning_model = "fleet"
+[stacks.fleet.vllm]
+image = "vllm/vllm-tpu:nightly@sha256:""" + "ab" * 32 + """"
+"""
+
+
+@pytest.fixture()
+def fleet_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(FLEET_TOML)
+    monkeypatch.setenv("TPUSERVE_CONFIG", str(path))
+
+
+@pytest.mark.usefixtures("fleet_config")
+def test_fleet_json_adds_a_fleet_key_and_keeps_the_rest(default_plan: dict[str, Any]) -> None:
+    p = plan_json("--stack", "fleet")
+    assert p["stack"] == "fleet" and p["provisioning_model"] == "fleet"
+    assert set(default_plan) | {"fleet"} == set(p)
+    f = p["fleet"]
+    assert f["replicas"] == {"min": 1, "max": 4}
+    assert f["cost"]["min"]["first_choice"]["pool"] == f["provisioning"][0]
+    assert f["cost"]["max"]["first_choice"]["usd_per_month"] > (
+        f["cost"]["min"]["first_choice"]["usd_per_month"])
+    assert "choose the fleet when" in f["choose_fleet_when"]
+
+
+@pytest.mark.usefixtures("fleet_config")
+def test_fleet_text_prints_the_fleet_tables() -> None:
+    result = invoke("--stack", "fleet")
+    assert result.exit_code == 0, result.stderr
+    assert "Fleet cost" in result.stdout and "Choose the fleet when" in result.stdout
+
+
+def test_other_stacks_have_no_fleet_key(default_plan: dict[str, Any]) -> None:
+    assert "fleet" not in default_plan
+    assert "Fleet cost" not in invoke("--stack", "flex").stdout

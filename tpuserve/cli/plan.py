@@ -131,25 +131,37 @@ def plan(
     for warning in all_warnings(d):
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
+    # The fleet: N replicas of this one-chip plan on GKE (its first-choice pool prices a chip).
+    fleet = None
+    if d.is_fleet:
+        from tpuserve.planner.fleet_cost import fleet_for  # the fleet's only: not on every start
+
+        fleet = fleet_for(d, result)
     if png is not None:
         from tpuserve.planner import (
             report as plan_report,  # matplotlib and rich: only when they are used
         )
 
-        plan_report.write_png(result, png, provisioning=d.stack.provisioning_model)
+        plan_report.write_png(result, png, provisioning=(
+            d.fleet.provisioning[0] if d.is_fleet else d.stack.provisioning_model))
         err_console.print(f"wrote {png}", markup=False)
     # What stays billed after `cdktf destroy STACK`: the deployment's base (issue 13).
     dormant = dormant_base()
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),
-                           "base": {"deployment": d.gcp.deployment, **dormant.as_json()}}))
+                           "base": {"deployment": d.gcp.deployment, **dormant.as_json()},
+                           **({} if fleet is None else {"fleet": fleet.as_json()})}))
         return
     from tpuserve.planner import report as plan_report
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
     plan_report.print_plan(result, console)
+    if fleet is not None:
+        from tpuserve.planner import fleet_report
+
+        fleet_report.print_fleet(fleet, console)
     console.print(
         f"base `{d.gcp.deployment}` (kept by `cdktf destroy {stack}`): "
         f"${dormant.usd_per_month:.2f}/month dormant = {dormant.secret_versions} secret versions "

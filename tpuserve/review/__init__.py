@@ -36,6 +36,9 @@ Modules, each importing only those listed before it:
 - model: the Review and its parts, and their JSON (each change's `server_effect`).
 - effects: what each Terraform change does to the running server (restart in place warm or
   cold, node or queued resource replaced, ...; see its docstring) (pure).
+- k8s_objects: the fleet's Kubernetes objects (its bundle, PyYAML's safe loader, read as
+  hostile input): per object added, removed or changed with its changed paths, and what each
+  does to the replicas (rolling restart warm or cold, scaling bounds) (pure).
 - compare: Terraform documents, argv and env, capacity deltas, and `build_review` (pure).
 - markdown: the pull-request comment.
 - revisions: git (resolving revisions, detached worktrees).

@@ -12,6 +12,7 @@ from tpuserve.facts import GiB
 
 from .config_facts import MODEL_ARG
 from .effects import with_effects
+from .k8s_objects import diff_bundles
 from .model import (
     MISSING,
     AttributeChange,
@@ -268,7 +269,8 @@ def _config_changes(old_f: StackFacts | None, new_f: StackFacts | None) -> dict[
 
 def _has_changes(s: StackReview) -> bool:
     return bool(s.resources or s.argv or s.env or s.cache_key or s.capacity
-                or s.new_warnings or s.resolved_warnings)
+                or s.new_warnings or s.resolved_warnings or s.kubernetes_objects
+                or s.kubernetes_notes)
 
 
 def _stack_review(name: str, base: RevisionFacts, head: RevisionFacts) -> StackReview:
@@ -282,8 +284,10 @@ def _stack_review(name: str, base: RevisionFacts, head: RevisionFacts) -> StackR
     old_f, new_f = base.config.stacks.get(name), head.config.stacks.get(name)
     resources = with_effects(diff_documents(old_doc, new_doc), old_doc, new_doc, old_f, new_f,
                              status) if resources_known else ()
+    objects, notes = diff_bundles(old_doc, new_doc) if resources_known else ((), ())
     s = StackReview(name=name, status=status, resources=resources,
-                    resources_known=resources_known, **_config_changes(old_f, new_f))
+                    resources_known=resources_known, kubernetes_objects=objects,
+                    kubernetes_notes=notes, **_config_changes(old_f, new_f))
     if s.status == "changed" and s.resources_known and not _has_changes(s):
         s = dataclasses.replace(s, status="unchanged")
     return s

@@ -41,6 +41,7 @@ NODE_TYPE = "google_tpu_v2_vm"
 QUEUED_RESOURCE = "terraform_data.queued_resource"
 NODE_METADATA = "terraform_data.node_metadata"
 BILLING_GUARD = "terraform_data.billing_guard"
+K8S_BUNDLE = "terraform_data.k8s_bundle"  # the fleet's Kubernetes objects (k8s_objects)
 # google_tpu_v2_vm fields Terraform updates in place (the provider's update mask); every other
 # configurable field is ForceNew. Terraform meta-arguments change nothing on the node.
 IN_PLACE_FIELDS = frozenset({"description", "data_disks", "metadata", "tags", "labels"})
@@ -229,6 +230,12 @@ def _effect(c: ResourceChange, base: BootSettings | None, head: BootSettings | N
                                 "deletes itself at its deadline")
         why = "the billing guard's deadline is re-armed" if created else "nothing runs"
         return ServerEffect("none", None, why)
+    if c.address == K8S_BUNDLE:
+        if c.action == "removed":
+            return ServerEffect("none", None, "the stored bundle goes; what happens to each "
+                                "object is listed under the Kubernetes objects")
+        return ServerEffect("none", None, "the bundle is applied again; what each object's "
+                            "change does is listed under the Kubernetes objects")
     if c.action == "removed" and rtype in DEPENDENCIES:
         if server_removed:
             return ServerEffect("none", None, "destroyed with the stack's server")

@@ -57,6 +57,8 @@ def _short(value: Any, limit: int = 80) -> str | None:
 
 
 def _attribute_line(a: AttributeChange) -> str:
+    if a.path == "input.bundle" and (_is_script(a.old) or _is_script(a.new)):
+        return f"{_code(a.path)}: the Kubernetes bundle changed; its objects are listed below"
     if _is_script(a.old) or _is_script(a.new):
         old_lines = a.old.splitlines() if isinstance(a.old, str) else []
         new_lines = a.new.splitlines() if isinstance(a.new, str) else []
@@ -80,6 +82,8 @@ EFFECT_LABELS = {
     "queued_resource_created": "new queued resource",
     "node_created": "new node",
     "restart_in_place": "restarts in place",
+    "rolling_restart": "rolling restart of the replicas",
+    "scaling_changed": "autoscaler changed",
     "loses_dependency": "loses what it uses",
     "node_replaced": "node replaced",
     "queued_resource_replaced": "queued resource replaced",
@@ -122,6 +126,23 @@ def _resources_md(s: StackReview) -> list[str]:
     return out
 
 
+def _objects_md(s: StackReview) -> list[str]:
+    """The fleet's Kubernetes objects (its bundle), each with its effect and changed paths."""
+    if not (s.kubernetes_objects or s.kubernetes_notes):
+        return []
+    counts = {a: sum(1 for o in s.kubernetes_objects if o.action == a)
+              for a in ("added", "changed", "removed")}
+    out = [(f"**Kubernetes objects** (the bundle): {counts['added']} to add, "
+            f"{counts['changed']} to change, {counts['removed']} to delete"), ""]
+    out += [f"- note: {_cell(n)}" for n in s.kubernetes_notes]
+    for o in s.kubernetes_objects:
+        out.append(f"- {_SYMBOL[o.action]} {_code(o.label)} ({o.action})")
+        if o.effect is not None and not (s.status == "added" and o.effect.kind == "none"):
+            out.append(f"  - {_effect_line(o.effect)}")
+        out += [f"  - {_code(p)}" for p in o.paths]
+    return [*out, ""]
+
+
 def _options_md(title: str, changes: Sequence[FlagChange]) -> list[str]:
     if not changes:
         return []
@@ -143,6 +164,7 @@ def _stack_md(s: StackReview) -> list[str]:
                    "merging, or its resources stay deployed and billed.")
         out.append("")
     out += _resources_md(s)
+    out += _objects_md(s)
     if s.status == "added" and s.head_argv:
         out += ["**`vllm serve`**", "", f"    {shlex.join(s.head_argv)}", ""]
         out += [(f"**cold compile**: a new stack's first boot compiles cold, ~{COLD_START_S:.0f} s "

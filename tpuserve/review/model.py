@@ -28,10 +28,12 @@ Compile = Literal["warm", "cold"]
 # What a change does to the RUNNING server, mildest first (a stack's summary is its strongest).
 EFFECT_KINDS: tuple[str, ...] = (
     "none",                      # not touched
+    "scaling_changed",           # the fleet's scaling bounds move (HPA); nothing restarts
     "reconverge_in_place",       # the node re-runs its boot script; vLLM keeps running
     "queued_resource_created",   # a new flex request queues; the server boots when granted
     "node_created",              # a new TPU node boots the server
     "restart_in_place",          # same node; vLLM restarts with new settings (warm or cold)
+    "rolling_restart",           # the fleet's replicas restart one by one (a new pod template)
     "loses_dependency",          # something the server uses (secret, bucket, SA, network) goes
     "node_replaced",             # the TPU VM is deleted and created again (a ForceNew field)
     "queued_resource_replaced",  # the flex capacity is given up, a new request queues
@@ -107,6 +109,28 @@ class ResourceChange:
 
 
 @dataclass(frozen=True)
+class ObjectChange:
+    """One Kubernetes object of the fleet's bundle (review.k8s_objects)."""
+
+    kind: str
+    namespace: str | None
+    name: str
+    action: Action
+    paths: tuple[str, ...] = ()
+    effect: ServerEffect | None = None
+
+    @property
+    def label(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "namespace": self.namespace, "name": self.name,
+                "action": self.action, "paths": list(self.paths),
+                "server_effect": None if self.effect is None else self.effect.to_json()}
+
+
+@dataclass(frozen=True)
 class FlagChange:
     """One `vllm serve` option or container variable; None means absent on that side."""
 
@@ -160,11 +184,15 @@ class StackReview:
     new_warnings: tuple[str, ...] = ()
     resolved_warnings: tuple[str, ...] = ()
     head_argv: tuple[str, ...] = ()  # the whole argv of a stack new in HEAD
+    # The fleet's Kubernetes objects (its bundle), and why they were not compared if so.
+    kubernetes_objects: tuple[ObjectChange, ...] = ()
+    kubernetes_notes: tuple[str, ...] = ()
 
     @property
     def server_effect(self) -> ServerEffect | None:
         """The strongest effect of the stack's changes; None when nothing was compared."""
-        effects = [r.effect for r in self.resources if r.effect is not None]
+        effects = [r.effect for r in (*self.resources, *self.kubernetes_objects)
+                   if r.effect is not None]
         return max(effects, key=lambda e: e.rank) if effects else None
 
     def counts(self) -> dict[str, int]:
@@ -190,6 +218,8 @@ class StackReview:
             "new_warnings": list(self.new_warnings),
             "resolved_warnings": list(self.resolved_warnings),
             "new_stack_argv": list(self.head_argv),
+            "kubernetes_objects": [o.to_json() for o in self.kubernetes_objects],
+            "kubernetes_notes": list(self.kubernetes_notes),
             "server_effect": None if self.server_effect is None else self.server_effect.to_json(),
         }
 

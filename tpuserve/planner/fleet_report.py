@@ -1,0 +1,58 @@
+"""Render a fleet_cost.FleetPlan as rich tables (`tpuserve plan --stack fleet`)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from tpuserve.planner.fleet_cost import ASSUMPTIONS, BOUNDS, FIRST, LAST, PLACEMENTS, FleetPlan
+
+_PLACE = {FIRST: "first choice", LAST: "last choice"}
+
+# SPEC 7's cells for $/M output tokens, per replica.
+_CELLS = ((128, 64), (1024, 64), (1024, 16), (8192, 16), (128, 1))
+
+
+def cost_table(f: FleetPlan) -> Table:
+    cols = [f"{b} {f.replicas[b]} x {_PLACE[p]} ({f.costs[b][p].pool})"
+            for b in BOUNDS for p in PLACEMENTS]
+    t = Table("$/hour", *cols, title=f"Fleet cost: {f.min_replicas}-{f.max_replicas} replicas "
+              f"of {f.chips_per_replica} chip(s), pools {' > '.join(f.provisioning)}")
+    points = [f.costs[b][p] for b in BOUNDS for p in PLACEMENTS]
+    t.add_row("TPU chips", *[f"${c.tpu_usd_per_hour:.4f}" for c in points])
+    t.add_row("GKE cluster fee (list, no free tier)",
+              *[f"${c.cluster_usd_per_hour:.4f}" for c in points])
+    t.add_row(f"system pool ({f.system_machine_type}, list)",
+              *["not priced" if c.system_usd_per_hour is None else
+                f"{c.system_nodes} x = ${c.system_usd_per_hour:.4f}" for c in points])
+    t.add_row("total $/hour", *[f"${c.usd_per_hour:.4f}" for c in points], style="bold")
+    t.add_row(f"$/month ({f.hours_per_month:g} h)", *[f"${c.usd_per_month:,.0f}" for c in points],
+              style="bold")
+    return t
+
+
+def throughput_table(f: FleetPlan) -> Table:
+    t = Table("context x clients/replica", "1 chip tok/s",
+              *[f"{b} {f.replicas[b]}: tok/s" for b in BOUNDS],
+              *[f"{b}: $/M ({_PLACE[p]})" for b in BOUNDS for p in PLACEMENTS],
+              title="Fleet throughput and $ per million output tokens (N x SPEC 6)")
+    for ctx, clients in _CELLS:
+        c = f.cell(ctx, clients)
+        if c is None:
+            continue
+        t.add_row(f"{ctx:,} x {clients}", f"{c.cell.output_tokens_per_s:,.1f}",
+                  *[f"{c.at[b][1]:,.1f}" for b in BOUNDS],
+                  *[f"${c.at[b][2][p]:.3f}" for b in BOUNDS for p in PLACEMENTS])
+    return t
+
+
+def print_fleet(f: FleetPlan, console: Console) -> None:
+    console.print(cost_table(f))
+    console.print(throughput_table(f))
+    if f.kv_wall:
+        walls = ", ".join(f"{ctx:,} ctx: {n:,} per replica ({n * f.min_replicas:,}-"
+                          f"{n * f.max_replicas:,})" for ctx, n in f.kv_wall)
+        console.print(f"KV wall (concurrent requests): {walls}", markup=False, soft_wrap=True)
+    console.print("Assumptions: " + "; ".join(ASSUMPTIONS) + ".", markup=False, soft_wrap=True)
+    console.print(f.choose_when[0].upper() + f.choose_when[1:] + ".", markup=False,
+                  soft_wrap=True)
