@@ -1,5 +1,5 @@
 """cdktf app: the deployment's long-lived `base`, and one disposable serving stack per
-provisioning model (spot, ondemand, flex) that stands on it by name.
+provisioning model (spot, ondemand, flex, and the GKE fleet) that stands on it by name.
 
 `cdktf synth|deploy|destroy` runs this through cdktf.json. Configuration errors for every
 stack are printed together and stop synth before any file is written; warnings are printed.
@@ -31,6 +31,7 @@ def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None, 
     """
     from stacks.base import BaseStack
     from stacks.cdk import App
+    from stacks.fleet import FleetStack
     from stacks.flex import FlexStack
     from stacks.tpu_vm import TpuVmStack
 
@@ -40,7 +41,9 @@ def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None, 
     if base is not None:
         BaseStack(app, base, teardown=teardown)
     for d in deployments.values():
-        if d.stack.provisioning_model == "flex":
+        if d.is_fleet:
+            FleetStack(app, d)
+        elif d.stack.provisioning_model == "flex":
             FlexStack(app, d)
         else:
             TpuVmStack(app, d)

@@ -93,11 +93,24 @@ from cdktf import (  # noqa: F401
     TerraformStack,
     Token,
 )
+from cdktf_cdktf_provider_google_beta.data_google_project import (  # noqa: F401
+    DataGoogleProject,
+)
+from cdktf_cdktf_provider_google_beta.google_certificate_manager_certificate import (  # noqa: F401
+    GoogleCertificateManagerCertificate,
+    GoogleCertificateManagerCertificateManaged,
+)
+from cdktf_cdktf_provider_google_beta.google_certificate_manager_dns_authorization import (  # noqa: F401
+    GoogleCertificateManagerDnsAuthorization,
+)
 from cdktf_cdktf_provider_google_beta.google_cloud_tasks_queue import (  # noqa: F401
     GoogleCloudTasksQueue,
     GoogleCloudTasksQueueRateLimits,
     GoogleCloudTasksQueueRetryConfig,
     GoogleCloudTasksQueueStackdriverLoggingConfig,
+)
+from cdktf_cdktf_provider_google_beta.google_compute_address import (  # noqa: F401
+    GoogleComputeAddress,
 )
 from cdktf_cdktf_provider_google_beta.google_compute_firewall import (  # noqa: F401
     GoogleComputeFirewall,
@@ -110,6 +123,31 @@ from cdktf_cdktf_provider_google_beta.google_compute_network import (  # noqa: F
 from cdktf_cdktf_provider_google_beta.google_compute_subnetwork import (  # noqa: F401
     GoogleComputeSubnetwork,
     GoogleComputeSubnetworkLogConfig,
+)
+from cdktf_cdktf_provider_google_beta.google_container_cluster import (  # noqa: F401
+    GoogleContainerCluster,
+    GoogleContainerClusterAddonsConfig,
+    GoogleContainerClusterAddonsConfigGcsFuseCsiDriverConfig,
+    GoogleContainerClusterAddonsConfigHorizontalPodAutoscaling,
+    GoogleContainerClusterAddonsConfigHttpLoadBalancing,
+    GoogleContainerClusterGatewayApiConfig,
+    GoogleContainerClusterIpAllocationPolicy,
+    GoogleContainerClusterLoggingConfig,
+    GoogleContainerClusterMonitoringConfig,
+    GoogleContainerClusterMonitoringConfigManagedPrometheus,
+    GoogleContainerClusterPodAutoscaling,
+    GoogleContainerClusterReleaseChannel,
+    GoogleContainerClusterSecretManagerConfig,
+    GoogleContainerClusterWorkloadIdentityConfig,
+)
+from cdktf_cdktf_provider_google_beta.google_container_node_pool import (  # noqa: F401
+    GoogleContainerNodePool,
+    GoogleContainerNodePoolAutoscaling,
+    GoogleContainerNodePoolManagement,
+    GoogleContainerNodePoolNodeConfig,
+    GoogleContainerNodePoolNodeConfigReservationAffinity,
+    GoogleContainerNodePoolNodeConfigShieldedInstanceConfig,
+    GoogleContainerNodePoolNodeConfigWorkloadMetadataConfig,
 )
 from cdktf_cdktf_provider_google_beta.google_project_iam_custom_role import (  # noqa: F401
     GoogleProjectIamCustomRole,

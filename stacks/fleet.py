@@ -1,0 +1,402 @@
+"""The fleet stack: N replicas of the one-chip server on GKE, behind a regional load balancer.
+
+GCP side (google-beta, this stack's own, destroyed with it):
+- in the base's network (by name), the proxy-only subnet a regional Gateway needs, and one
+  firewall rule that lets the load balancer's proxies and health checks reach the nodes (the
+  base denies all other ingress);
+- a zonal VPC-native GKE Standard cluster (Workload Identity, Dataplane V2, managed Prometheus,
+  Gateway API, the Secret Manager and GCS FUSE CSI add-ons, shielded nodes), a small system
+  pool and one single-chip v5e pool per entry of `fleet.provisioning`, in that order;
+- the pods' least-privilege grants, by Workload Identity principal (no Google service account
+  to impersonate): the vLLM pods read the base's two secrets and the staged weights and
+  read/write the compile cache; the weights Job writes the weights; the custom-metrics adapter
+  reads Cloud Monitoring. Every base resource is found by name: no cross-stack reference;
+- the Gateway's reserved regional address and, with `fleet.domain`, a Google-managed regional
+  certificate (DNS authorization: no private key anywhere, in state or elsewhere).
+
+Kubernetes side: the rendered bundle (tpuserve/render/fleet_bundle.py), applied by
+`python -m tpuserve.kubectl` from two `terraform_data` resources:
+- `k8s_bundle` is replaced whenever the bundle's sha256 changes; its create step runs
+  `kubectl apply --server-side` (idempotent: objects that did not change stay as they are). It
+  has no destroy step, so a changed bundle re-applies in place: no outage, no deleted
+  namespace in between;
+- `k8s_teardown` holds the latest bundle (updated in place, no step runs) and is replaced
+  only when the cluster is; its destroy step runs `kubectl delete` (namespace last) before
+  the cluster and the address go, so the Gateway's load balancer, which Kubernetes created,
+  does not outlive the stack and keep the address or the proxy-only subnet in use.
+The bundle reaches the step gzipped and base64-encoded in one environment variable (Linux caps
+one at 128 KiB): its size is checked at synth.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+
+from tpuserve.gcp.kubectl import (
+    ENV_BUNDLE_GZ,
+    ENV_CLUSTER,
+    ENV_IMAGE,
+    ENV_LOCATION,
+    ENV_PROJECT,
+)
+from tpuserve.render import fleet_bundle
+from tpuserve.settings import Deployment
+
+from .cdk import (
+    Construct,
+    DataGoogleProject,
+    DataResource,
+    GoogleCertificateManagerCertificate,
+    GoogleCertificateManagerCertificateManaged,
+    GoogleCertificateManagerDnsAuthorization,
+    GoogleComputeAddress,
+    GoogleComputeFirewall,
+    GoogleComputeFirewallAllow,
+    GoogleComputeSubnetwork,
+    GoogleContainerCluster,
+    GoogleContainerClusterAddonsConfig,
+    GoogleContainerClusterAddonsConfigGcsFuseCsiDriverConfig,
+    GoogleContainerClusterAddonsConfigHorizontalPodAutoscaling,
+    GoogleContainerClusterAddonsConfigHttpLoadBalancing,
+    GoogleContainerClusterGatewayApiConfig,
+    GoogleContainerClusterIpAllocationPolicy,
+    GoogleContainerClusterLoggingConfig,
+    GoogleContainerClusterMonitoringConfig,
+    GoogleContainerClusterMonitoringConfigManagedPrometheus,
+    GoogleContainerClusterPodAutoscaling,
+    GoogleContainerClusterReleaseChannel,
+    GoogleContainerClusterSecretManagerConfig,
+    GoogleContainerClusterWorkloadIdentityConfig,
+    GoogleContainerNodePool,
+    GoogleContainerNodePoolAutoscaling,
+    GoogleContainerNodePoolManagement,
+    GoogleContainerNodePoolNodeConfig,
+    GoogleContainerNodePoolNodeConfigReservationAffinity,
+    GoogleContainerNodePoolNodeConfigShieldedInstanceConfig,
+    GoogleContainerNodePoolNodeConfigWorkloadMetadataConfig,
+    GoogleProjectIamMember,
+    GoogleSecretManagerSecretIamMember,
+    GoogleStorageBucketIamMember,
+    LocalExecProvisioner,
+    TerraformResource,
+)
+from .foundation import VM_SCOPES
+from .literals import tf_ref
+from .local_exec import python_module, repo_root
+from .serving import ServingStack
+
+CLIENT = python_module("tpuserve.kubectl")
+# The single-chip v5e machine: one replica per node (SPEC 1, 4).
+TPU_MACHINE_TYPE = "ct5lp-hightpu-1t"
+# Node label the bundle's ComputeClass and selectors read.
+PROVISIONING_LABEL = "tpuserve/provisioning"
+# The custom-metrics adapter the HPA reads vllm:num_requests_waiting through.
+ADAPTER_NAMESPACE = "custom-metrics"
+ADAPTER_KSA = "custom-metrics-stackdriver-adapter"
+# Google's health-check probers (the regional external Application Load Balancer's too).
+HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
+# The bundle, gzipped and base64-encoded, is one environment string of the step: Linux caps
+# one at 128 KiB (MAX_ARG_STRLEN); this leaves room for Go's gzip coding it a little longer.
+MAX_BUNDLE_GZ_CHARS = 100_000
+
+
+def pool_name(model: str) -> str:
+    return f"tpu-{model}"
+
+
+def bundle_gz_chars(bundle: str) -> int:
+    """About what Terraform's base64gzip makes of the bundle (Go's gzip, default level)."""
+    return len(base64.b64encode(gzip.compress(bundle.encode(), compresslevel=6)))
+
+
+class FleetStack(ServingStack):
+    def __init__(self, scope: Construct, deployment: Deployment) -> None:
+        super().__init__(scope, deployment)
+        d = deployment
+        f = d.fleet
+        self.cluster_name = d.node_name
+        pre = [self.preflight]
+
+        proxy_only = GoogleComputeSubnetwork(
+            self, "proxy_only_subnet",
+            name=f"{d.node_name}-proxy-only", region=d.gcp.region, network=d.network_name,
+            ip_cidr_range=f.proxy_only_cidr, purpose="REGIONAL_MANAGED_PROXY", role="ACTIVE",
+            depends_on=pre,
+        )
+        proxy_only.override_logical_id("proxy_only_subnet")
+        lb = GoogleComputeFirewall(
+            self, "firewall_lb",
+            name=f"{d.node_name}-allow-lb", network=d.network_name, direction="INGRESS",
+            allow=[GoogleComputeFirewallAllow(protocol="tcp")],
+            source_ranges=[f.proxy_only_cidr, *HEALTH_CHECK_RANGES],
+            target_tags=[d.network_tag],
+            description="The Gateway's proxies (proxy-only subnet) and health checks to the "
+                        "fleet's nodes and pods",
+        )
+        lb.override_logical_id("firewall_lb")
+
+        self.cluster = self._cluster(d)
+        self.pools = [self._system_pool(d)]
+        for i, model in enumerate(f.provisioning):
+            self.pools.append(self._tpu_pool(d, model, first=i == 0))
+        grants = self._workload_identity(d)
+        self.address = GoogleComputeAddress(
+            self, "fleet_ip", name=f"{d.node_name}-ip", region=d.gcp.region,
+            address_type="EXTERNAL", description="The fleet Gateway's address",
+            depends_on=pre,
+        )
+        self.address.override_logical_id("fleet_ip")
+        certs = self._certificate(d) if f.domain else []
+        self._bundle(d, depends_on=[proxy_only, lb, self.cluster, *self.pools, *grants,
+                                    self.address, *certs])
+        self._outputs(d)
+
+    # ------------------------------------------------------------------ cluster and pools
+    def _cluster(self, d: Deployment) -> GoogleContainerCluster:
+        f = d.fleet
+        cluster = GoogleContainerCluster(
+            self, "cluster",
+            name=self.cluster_name,
+            location=d.gcp.zone,  # zonal: the measured-good zone; one control plane, free tier
+            network=d.network_name,
+            subnetwork=d.subnet_name,
+            # The default pool goes at once; the pools below are declared, each on its own.
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            # A disposable serving stack: `cdktf destroy fleet` must work (the long-lived
+            # state is the base's).
+            deletion_protection=False,
+            release_channel=GoogleContainerClusterReleaseChannel(channel=f.release_channel),
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=GoogleContainerClusterIpAllocationPolicy(
+                cluster_ipv4_cidr_block=f.pods_cidr,
+                services_ipv4_cidr_block=f.services_cidr,
+            ),
+            datapath_provider="ADVANCED_DATAPATH",  # Dataplane V2: NetworkPolicy enforced
+            enable_shielded_nodes=True,
+            gateway_api_config=GoogleContainerClusterGatewayApiConfig(
+                channel="CHANNEL_STANDARD"),
+            addons_config=GoogleContainerClusterAddonsConfig(
+                http_load_balancing=GoogleContainerClusterAddonsConfigHttpLoadBalancing(
+                    disabled=False),
+                horizontal_pod_autoscaling=(
+                    GoogleContainerClusterAddonsConfigHorizontalPodAutoscaling(disabled=False)),
+                gcs_fuse_csi_driver_config=(
+                    GoogleContainerClusterAddonsConfigGcsFuseCsiDriverConfig(enabled=True)),
+            ),
+            workload_identity_config=GoogleContainerClusterWorkloadIdentityConfig(
+                workload_pool=self.workload_pool),
+            monitoring_config=GoogleContainerClusterMonitoringConfig(
+                enable_components=["SYSTEM_COMPONENTS", "HPA", "POD", "DEPLOYMENT"],
+                managed_prometheus=GoogleContainerClusterMonitoringConfigManagedPrometheus(
+                    enabled=True),
+            ),
+            logging_config=GoogleContainerClusterLoggingConfig(
+                enable_components=["SYSTEM_COMPONENTS", "WORKLOADS"]),
+            secret_manager_config=GoogleContainerClusterSecretManagerConfig(enabled=True),
+            pod_autoscaling=GoogleContainerClusterPodAutoscaling(hpa_profile="PERFORMANCE"),
+            resource_labels=d.labels,
+            depends_on=[self.preflight],
+        )
+        cluster.override_logical_id("cluster")
+        return cluster
+
+    def _node_config(self, d: Deployment, **extra: object) -> GoogleContainerNodePoolNodeConfig:
+        return GoogleContainerNodePoolNodeConfig(
+            service_account=d.service_account_email,  # the base's node account, by email
+            oauth_scopes=list(VM_SCOPES),
+            workload_metadata_config=GoogleContainerNodePoolNodeConfigWorkloadMetadataConfig(
+                mode="GKE_METADATA"),
+            shielded_instance_config=GoogleContainerNodePoolNodeConfigShieldedInstanceConfig(
+                enable_secure_boot=True, enable_integrity_monitoring=True),
+            tags=[d.network_tag],
+            resource_labels=d.labels,
+            **extra,  # type: ignore[arg-type]
+        )
+
+    def _system_pool(self, d: Deployment) -> GoogleContainerNodePool:
+        """The endpoint picker, the metrics adapter and kube-system run here."""
+        pool = GoogleContainerNodePool(
+            self, "system_pool",
+            name="system", cluster=self.cluster.name, location=d.gcp.zone,
+            initial_node_count=1,
+            autoscaling=GoogleContainerNodePoolAutoscaling(
+                total_min_node_count=1, total_max_node_count=3, location_policy="BALANCED"),
+            management=GoogleContainerNodePoolManagement(auto_repair=True, auto_upgrade=True),
+            node_config=self._node_config(d, machine_type=d.fleet.system_machine_type,
+                                          labels={PROVISIONING_LABEL: "system"}),
+        )
+        pool.override_logical_id("system_pool")
+        return pool
+
+    def _tpu_pool(self, d: Deployment, model: str, *, first: bool) -> GoogleContainerNodePool:
+        f = d.fleet
+        extra: dict[str, object] = {}
+        repair = True
+        if model == "flex":
+            # GKE's flex-start for node pools: no reservation, no auto-repair (a repaired
+            # node would be a new flex-start request), nodes live max_run_duration at most.
+            extra = {"flex_start": True, "max_run_duration": f"{f.flex_max_run_seconds}s",
+                     "reservation_affinity": GoogleContainerNodePoolNodeConfigReservationAffinity(
+                         consume_reservation_type="NO_RESERVATION")}
+            repair = False
+        elif model == "spot":
+            extra = {"spot": True}
+        pool = GoogleContainerNodePool(
+            self, f"tpu_pool_{model}",
+            name=pool_name(model), cluster=self.cluster.name, location=d.gcp.zone,
+            # Zero at creation: nodes come when replicas are pending (the first pool's floor
+            # keeps min_replicas warm afterwards); a flex request at create would hold the apply.
+            initial_node_count=0,
+            autoscaling=GoogleContainerNodePoolAutoscaling(
+                total_min_node_count=f.min_replicas if first else 0,
+                total_max_node_count=f.max_replicas, location_policy="ANY"),
+            management=GoogleContainerNodePoolManagement(auto_repair=repair, auto_upgrade=True),
+            node_config=self._node_config(d, machine_type=TPU_MACHINE_TYPE,
+                                          labels={PROVISIONING_LABEL: model}, **extra),
+        )
+        pool.override_logical_id(f"tpu_pool_{model}")
+        return pool
+
+    # ------------------------------------------------------------------ identities
+    @property
+    def workload_pool(self) -> str:
+        return f"{self.deployment.gcp.project}.svc.id.goog"
+
+    def _principal(self, number: str, namespace: str, ksa: str) -> str:
+        return (f"principal://iam.googleapis.com/projects/{number}/locations/global/"
+                f"workloadIdentityPools/{self.workload_pool}/subject/ns/{namespace}/sa/{ksa}")
+
+    def _workload_identity(self, d: Deployment) -> list[TerraformResource]:
+        """Each pod's grants, to its Kubernetes service account's principal: nothing else."""
+        project = DataGoogleProject(self, "project", project_id=d.gcp.project)
+        project.override_logical_id("project")
+        ns = fleet_bundle.NAMESPACE
+        vllm = self._principal(project.number, ns, fleet_bundle.KSA)
+        stager = self._principal(project.number, ns, fleet_bundle.WEIGHTS_JOB)
+        adapter = self._principal(project.number, ADAPTER_NAMESPACE, ADAPTER_KSA)
+        grants: list[TerraformResource] = []
+
+        def keep(res: TerraformResource, id_: str) -> None:
+            res.override_logical_id(id_)
+            grants.append(res)
+
+        for id_, secret in (("vllm_hf_token_accessor", d.hf_token_secret_id),
+                            ("vllm_api_key_accessor", d.api_key_secret_id)):
+            keep(GoogleSecretManagerSecretIamMember(
+                self, id_, project=d.gcp.project, secret_id=secret,
+                role="roles/secretmanager.secretAccessor", member=vllm,
+                depends_on=[self.preflight]), id_)
+        for id_, bucket, role, member in (
+            ("vllm_cache_object_user", d.cache_bucket, "roles/storage.objectUser", vllm),
+            ("vllm_weights_object_viewer", d.base.weights_bucket,
+             "roles/storage.objectViewer", vllm),
+            ("stager_weights_object_user", d.base.weights_bucket,
+             "roles/storage.objectUser", stager),
+        ):
+            keep(GoogleStorageBucketIamMember(self, id_, bucket=bucket, role=role,
+                                              member=member, depends_on=[self.preflight]), id_)
+        keep(GoogleProjectIamMember(self, "adapter_monitoring_viewer", project=d.gcp.project,
+                                    role="roles/monitoring.viewer", member=adapter,
+                                    depends_on=[self.preflight]),
+             "adapter_monitoring_viewer")
+        return grants
+
+    # ------------------------------------------------------------------ certificate
+    def _certificate(self, d: Deployment) -> list[TerraformResource]:
+        """A Google-managed regional certificate: a regional one is DNS-authorized (the user
+        adds the CNAME record the output names); Google holds the key."""
+        auth = GoogleCertificateManagerDnsAuthorization(
+            self, "fleet_dns_authorization", name=f"{d.node_name}-dns-auth",
+            domain=d.fleet.domain, location=d.gcp.region, type="PER_PROJECT_RECORD",
+            depends_on=[self.preflight],
+        )
+        auth.override_logical_id("fleet_dns_authorization")
+        cert = GoogleCertificateManagerCertificate(
+            self, "fleet_cert", name=f"{d.node_name}-cert", location=d.gcp.region,
+            description="The fleet Gateway's certificate (Google-managed)",
+            managed=GoogleCertificateManagerCertificateManaged(
+                domains=[d.fleet.domain], dns_authorizations=[auth.id]),
+        )
+        cert.override_logical_id("fleet_cert")
+        self.dns_authorization = auth
+        return [auth, cert]
+
+    # ------------------------------------------------------------------ the bundle
+    def _bundle(self, d: Deployment, depends_on: list[TerraformResource]) -> None:
+        bundle = fleet_bundle.render_bundle(d)
+        size = bundle_gz_chars(bundle)
+        if size > MAX_BUNDLE_GZ_CHARS:
+            raise ValueError(
+                f"the fleet's Kubernetes bundle is {size:,} characters gzipped and base64-coded: "
+                f"at most {MAX_BUNDLE_GZ_CHARS:,} fit the apply step's environment (Linux caps "
+                "one variable at 128 KiB); shrink the rendered objects (templates/fleet/)"
+            )
+        root = repo_root()
+        target = {"project": d.gcp.project, "location": d.gcp.zone,
+                  "cluster": self.cluster_name}
+
+        def env(*, image: bool) -> dict[str, str]:
+            out = {ENV_PROJECT: tf_ref("self.input.project"),
+                   ENV_LOCATION: tf_ref("self.input.location"),
+                   ENV_CLUSTER: tf_ref("self.input.cluster"),
+                   ENV_BUNDLE_GZ: tf_ref("base64gzip(self.input.bundle)")}
+            if image:
+                out[ENV_IMAGE] = tf_ref("self.input.image")
+            return out
+
+        # Replaced only with the cluster: it deletes what the bundle made before the cluster,
+        # pools and address go. Its input follows the bundle in place (no step runs).
+        teardown = DataResource(
+            self, "k8s_teardown",
+            input={"bundle": bundle, **target},
+            triggers_replace={**target, "cluster_id": self.cluster.id},
+            provisioners=[LocalExecProvisioner(
+                type="local-exec", when="destroy", command=f"{CLIENT} delete",
+                working_dir=root, environment=env(image=False),
+            )],
+            depends_on=depends_on,
+        )
+        teardown.override_logical_id("k8s_teardown")
+        # Any change of the bundle (or a new cluster) applies it again; nothing is deleted.
+        applied = DataResource(
+            self, "k8s_bundle",
+            input={"bundle": bundle, "image": d.vllm.image, **target},
+            triggers_replace={"bundle_sha256": fleet_bundle.bundle_sha256(bundle),
+                              "cluster_id": self.cluster.id},
+            provisioners=[LocalExecProvisioner(
+                type="local-exec", command=f"{CLIENT} apply", working_dir=root,
+                environment=env(image=True),
+            )],
+            depends_on=[teardown],
+        )
+        applied.override_logical_id("k8s_bundle")
+
+    # ------------------------------------------------------------------ outputs
+    def _outputs(self, d: Deployment) -> None:
+        f = d.fleet
+        ip = self.address.address
+        self.output("cluster_name", self.cluster_name, "The GKE cluster")
+        self.output("zone", d.gcp.zone, "The cluster's zone")
+        self.output("external_ip", ip, "The Gateway's reserved regional address")
+        if f.domain:
+            self.output("endpoint", f"https://{f.domain}/v1",
+                        f"OpenAI-compatible base URL (point {f.domain} at the external_ip)")
+            rec = self.dns_authorization.dns_resource_record.get(0)
+            self.output("certificate_dns_record",
+                        f"{rec.name} {rec.type} {rec.data}",
+                        "Add this DNS record once: the managed certificate is issued after it")
+        else:
+            self.output("endpoint", f"http://{ip}/v1",
+                        "OpenAI-compatible base URL (plain HTTP: set fleet.domain for HTTPS)")
+        self.output("get_credentials_command",
+                    f"gcloud container clusters get-credentials {self.cluster_name} "
+                    f"--zone {d.gcp.zone} --project {d.gcp.project}",
+                    "kubectl access to the cluster")
+        self.output("usd_per_hour", round(d.usd_per_hour, 4),
+                    f"One replica in the {f.provisioning[0]} pool, $/hour (SPEC 2)")
+        self.output("max_usd_per_hour", round(d.usd_per_hour * f.max_replicas, 4),
+                    f"All {f.max_replicas} replicas at the first pool's price, $/hour (TPU "
+                    "nodes only: the system pool and the load balancer add to it)")
+

@@ -1,0 +1,253 @@
+"""The fleet stack's provisioners: `python -m tpuserve.kubectl apply|delete` runs `main` here.
+
+    python -m tpuserve.kubectl apply    # the bundle, server-side, as field manager `tpuserve`
+    python -m tpuserve.kubectl delete   # what the bundle made, namespaces and CRDs last
+
+The cluster comes from $TPUSERVE_K8S_PROJECT, $TPUSERVE_K8S_LOCATION (its zone) and
+$TPUSERVE_K8S_CLUSTER (or --project, --location, --cluster); the bundle (multi-document YAML)
+from $TPUSERVE_K8S_BUNDLE_GZ, gzipped and base64-encoded (Terraform's base64gzip: Linux caps one
+environment variable at 128 KiB), or --bundle-file. apply also reads the vLLM image
+($TPUSERVE_K8S_IMAGE or --image) and refuses, before any call, one without a real digest.
+
+Credentials: `gcloud container clusters get-credentials` writes into a private KUBECONFIG
+(a temporary file of this run, removed after), never the user's ~/.kube/config. gcloud and
+kubectl are found on PATH (gcloud ships kubectl: `gcloud components install kubectl`).
+An error prints one line to stderr and exits 1 (bad input: 2); never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
+
+# The fleet stack's Terraform passes these to the provisioners (stacks/fleet.py).
+ENV_PROJECT = "TPUSERVE_K8S_PROJECT"
+ENV_LOCATION = "TPUSERVE_K8S_LOCATION"
+ENV_CLUSTER = "TPUSERVE_K8S_CLUSTER"
+ENV_BUNDLE_GZ = "TPUSERVE_K8S_BUNDLE_GZ"
+ENV_IMAGE = "TPUSERVE_K8S_IMAGE"
+FIELD_MANAGER = "tpuserve"
+APPLY = ("apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}",
+         "-f", "-")
+DELETE = ("delete", "--ignore-not-found", "--wait=true", "--timeout=20m", "-f", "-")
+CRD_WAIT = ("wait", "--for=condition=Established", "--timeout=120s", "-f", "-")
+INSTALL_HINT = {
+    "gcloud": "install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)",
+    "kubectl": "install it with `gcloud components install kubectl` (and "
+               "gke-gcloud-auth-plugin)",
+}
+
+
+class KubectlError(Exception):
+    """One line for the user; `code` is the exit status (2: bad input)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def check_image(image: str | None) -> None:
+    """The fleet runs one image on every node: it must be pinned by a real digest."""
+    name = (image or "IMAGE").split("@", 1)[0]
+    how = (f"pin it as {name}@sha256:<digest> in "
+           f"[stacks.fleet] (the digest: `crane digest {name}` or `docker buildx imagetools "
+           f"inspect {name}`)")
+    if not image:
+        raise KubectlError(f"vllm.image is not set: {how}", 2)
+    if image.endswith("@" + PLACEHOLDER_DIGEST):
+        raise KubectlError(f"vllm.image = {image!r} carries the placeholder digest: {how}", 2)
+    if "@sha256:" not in image:
+        raise KubectlError(f"vllm.image = {image!r} has no digest: {how}", 2)
+
+
+def decode_bundle(encoded: str) -> str:
+    try:
+        return gzip.decompress(base64.b64decode(encoded, validate=True)).decode()
+    except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
+        raise KubectlError(f"${ENV_BUNDLE_GZ} is not a gzipped, base64-encoded bundle "
+                           f"({exc})", 2) from None
+
+
+def read_bundle(bundle_file: str | None, environ: Mapping[str, str]) -> str:
+    if bundle_file:
+        try:
+            with open(bundle_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise KubectlError(f"cannot read the bundle {bundle_file}: {exc.strerror}",
+                               2) from None
+    elif environ.get(ENV_BUNDLE_GZ):
+        text = decode_bundle(environ[ENV_BUNDLE_GZ])
+    else:
+        raise KubectlError(f"no bundle: set ${ENV_BUNDLE_GZ} or pass --bundle-file", 2)
+    if not text.strip():
+        raise KubectlError("the bundle is empty: nothing to apply", 2)
+    return text
+
+
+def split_documents(text: str) -> list[dict[str, Any]]:
+    import yaml
+
+    try:
+        docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise KubectlError(f"the bundle is not YAML: {first}", 2) from None
+    for doc in docs:
+        if not isinstance(doc, dict) or "kind" not in doc:
+            raise KubectlError("the bundle holds a document that is not a Kubernetes object", 2)
+    return docs
+
+
+def dump(docs: Sequence[dict[str, Any]]) -> str:
+    import yaml
+
+    return yaml.safe_dump_all(list(docs), sort_keys=False)
+
+
+def _is_crd(doc: dict[str, Any]) -> bool:
+    return doc.get("kind") == "CustomResourceDefinition"
+
+
+def delete_phases(docs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Deletion order: everything else in reverse apply order, then the namespaces (whose
+    deletion takes whatever is left in them), then the CRDs (whose deletion takes every
+    object of their kinds)."""
+    rest = [d for d in reversed(docs) if d.get("kind") != "Namespace" and not _is_crd(d)]
+    namespaces = [d for d in docs if d.get("kind") == "Namespace"]
+    crds = [d for d in reversed(docs) if _is_crd(d)]
+    return [phase for phase in (rest, namespaces, crds) if phase]
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def _tool(name: str, environ: Mapping[str, str]) -> str:
+    path = shutil.which(name, path=environ.get("PATH", os.defpath))
+    if path is None:
+        raise KubectlError(f"{name} not found on PATH: {INSTALL_HINT[name]}")
+    return path
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def _run(argv: list[str], env: Mapping[str, str], *, stdin: str | None = None,
+         what: str) -> None:
+    try:
+        feed: dict[str, Any] = ({"input": stdin} if stdin is not None
+                                else {"stdin": subprocess.DEVNULL})
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, check=False,
+                              **feed)
+    except OSError as exc:
+        raise KubectlError(f"{what}: {exc.strerror}") from None
+    if done.stdout:  # kubectl's one line per object: the deploy log shows what changed
+        sys.stdout.write(done.stdout)
+        sys.stdout.flush()
+    if done.returncode != 0:
+        raise KubectlError(f"{what} failed (exit {done.returncode}): "
+                           f"{_last_line(done.stderr or done.stdout)}")
+
+
+class Cluster:
+    """A cluster reached through a private KUBECONFIG (a temporary file of this run)."""
+
+    def __init__(self, project: str, location: str, name: str,
+                 environ: Mapping[str, str]) -> None:
+        for setting, value in (("project", project), ("location", location),
+                               ("cluster", name)):
+            if not value:
+                raise KubectlError(f"no {setting}: set $TPUSERVE_K8S_{setting.upper()} or "
+                                   f"pass --{setting}", 2)
+        self.project, self.location, self.name = project, location, name
+        self.environ = environ
+        self._dir: str | None = None
+        self.env: dict[str, str] = {}
+
+    def __enter__(self) -> Cluster:
+        gcloud = _tool("gcloud", self.environ)
+        self.kubectl = _tool("kubectl", self.environ)
+        self._dir = tempfile.mkdtemp(prefix="tpuserve-kube-")  # mode 0700
+        kubeconfig = os.path.join(self._dir, "config")
+        self.env = {**self.environ, "KUBECONFIG": kubeconfig}
+        _run([gcloud, "container", "clusters", "get-credentials", self.name,
+              "--zone", self.location, "--project", self.project], self.env,
+             what=f"gcloud container clusters get-credentials {self.name}")
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def kubectl_run(self, args: Sequence[str], stdin: str) -> None:
+        _run([self.kubectl, *args], self.env, stdin=stdin, what=f"kubectl {args[0]}")
+
+
+def apply(cluster: Cluster, bundle: str) -> None:
+    """CRDs first, established, then the rest; a bundle without CRDs goes in one call as is."""
+    docs = split_documents(bundle)
+    crds = [d for d in docs if _is_crd(d)]
+    with cluster:
+        if not crds:
+            cluster.kubectl_run(APPLY, bundle)
+        else:
+            cluster.kubectl_run(APPLY, dump(crds))
+            cluster.kubectl_run(CRD_WAIT, dump(crds))
+            cluster.kubectl_run(APPLY, dump([d for d in docs if not _is_crd(d)]))
+    print(f"tpuserve: applied {len(docs)} objects to {cluster.name}", flush=True)
+
+
+def delete(cluster: Cluster, bundle: str) -> None:
+    docs = split_documents(bundle)
+    with cluster:
+        for phase in delete_phases(docs):
+            cluster.kubectl_run(DELETE, dump(phase))
+    print(f"tpuserve: deleted the bundle's {len(docs)} objects from {cluster.name}", flush=True)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(prog="python -m tpuserve.kubectl")
+    parser.add_argument("action", choices=("apply", "delete"))
+    parser.add_argument("--project", default=env.get(ENV_PROJECT, ""))
+    parser.add_argument("--location", default=env.get(ENV_LOCATION, ""),
+                        help="the cluster's zone")
+    parser.add_argument("--cluster", default=env.get(ENV_CLUSTER, ""))
+    parser.add_argument("--image", default=env.get(ENV_IMAGE))
+    parser.add_argument("--bundle-file")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "apply":
+            check_image(args.image)  # before anything else: no call with a wrong image
+        bundle = read_bundle(args.bundle_file, env)
+        if args.action == "apply" and PLACEHOLDER_DIGEST in bundle:
+            raise KubectlError(f"the bundle carries the placeholder digest {PLACEHOLDER_DIGEST}:"
+                               " pin vllm.image as name@sha256:<digest> in [stacks.fleet]", 2)
+        cluster = Cluster(args.project, args.location, args.cluster, env)
+        (apply if args.action == "apply" else delete)(cluster, bundle)
+    except KubectlError as exc:
+        print(f"tpuserve: {exc}", file=sys.stderr, flush=True)
+        return exc.code
+    except KeyboardInterrupt:
+        print("tpuserve: interrupted", file=sys.stderr, flush=True)
+        return 130
+    return 0
