@@ -28,6 +28,7 @@ _LABELS = {
     "image": "image pulled",
     "cache": "compile cache restored",
     "container": "container started",
+    "metrics": "metrics collector",
     "memory": "memory statistics",
     "kv_cache": "KV cache initialised",
     "startup_complete": "startup complete",

@@ -2,9 +2,9 @@
 
 One script on the node, authored in parts: templates/boot/startup.sh.j2 (the header and the
 settings block, the only place a config value lands) includes lib, secrets, proxy, cache,
-containers, readiness and main (templates/boot/*.sh.j2, plain bash), and carries the static
-Python helper templates/boot/boot_helper.py. The script's own header documents what it reads
-(endpoint overrides, TPUSERVE_ROOT), the paths it writes and the guest attributes it records
+containers, metrics, readiness and main (templates/boot/*.sh.j2, plain bash), and carries the
+static Python helper templates/boot/boot_helper.py. The script's own header documents what it
+reads (endpoint overrides, TPUSERVE_ROOT), the paths it writes and the guest attributes it records
 (namespace `GUEST_ATTRIBUTE_NAMESPACE`, keys `GUEST_ATTRIBUTE_KEYS`).
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from tpuserve.facts import COLD_START_S, GUEST_ATTRIBUTE_NAMESPACE, WARM_START_S
 from tpuserve.paths import TEMPLATE_DIR
+from tpuserve.render import collector_conf
 from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS as GUEST_ATTRIBUTE_KEYS
 from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
 from tpuserve.render.templates import environment
@@ -101,6 +102,15 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
     ctx["nginx_conf"] = render_nginx_conf(
         public_port=d.vllm.port, backend_port=backend_port, tls=ctx["tls"] == "self-signed",
     ) if d.access.api_key_proxy else ""
+    # The metrics collector (render/collector_conf.py): scrapes vLLM where it listens, on
+    # loopback. Empty config text: the collector is off, and the boot removes a running one.
+    ctx["metrics_image"] = collector_conf.COLLECTOR_IMAGE
+    ctx["metrics_container"] = collector_conf.COLLECTOR_CONTAINER_NAME
+    ctx["metrics_conf_path"] = collector_conf.COLLECTOR_CONFIG_PATH
+    ctx["metrics_memory"] = collector_conf.CONTAINER_MEMORY
+    ctx["collector_conf"] = collector_conf.render_collector_conf(
+        d, backend_port=ctx["backend_port"],
+    ) if collector_conf.METRICS_ENABLED else ""
     return ctx
 
 
