@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from tpuserve.ops import bench as engine
-from tpuserve.ops import bench_report, server
+from tpuserve.ops import bench_report, fleet_status, server
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
 from tpuserve.settings import Deployment
@@ -119,7 +119,13 @@ def bench(
         timeout_s=timeout, deadline_s=request_deadline, run_deadline_s=deadline,
         cold=cold_connections,
     )
-    target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
+    d = common.load_stack(stack) if stack and not endpoint else None
+    if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
+        target = fleet_status.fleet_target(
+            d, api_key, pinned=bool(fingerprint or cacert),
+            key_hint=f'export {common.API_KEY_ENV}="$({common.key_command(d)})"')
+    else:
+        target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
     # The calls before the sweep (models, prompt calibration) share its deadline, or
     # PREFLIGHT_DEADLINE_S when it has none.
     overall = Deadline(deadline)

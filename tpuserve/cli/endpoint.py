@@ -51,8 +51,13 @@ def endpoint(
 ) -> None:
     """The server's base URL (the external IP changes with every new node: never hard-code it),
     its TLS certificate (made on the node at boot; SHA-256 published in guest attributes) with
-    how to give it to curl and the OpenAI SDK, and the command that prints its API key."""
+    how to give it to curl and the OpenAI SDK, and the command that prints its API key. The
+    fleet: its Gateway's address (http://ADDRESS/v1), or https://DOMAIN/v1 with fleet.domain
+    (a Google-managed certificate: nothing to pin)."""
     d = common.load_stack(stack)
+    if d.is_fleet:
+        _endpoint_fleet(d, cert_out, json_output)
+        return
     tpu = common.tpu_api()
     node = tpu.get_node(d)
     if node is None:
@@ -121,6 +126,67 @@ def endpoint(
     else:
         console.print("API key      none: access.api_key_proxy = false (the server is open to "
                       "access.api_source_ranges)")
+
+
+def _endpoint_fleet(d: Deployment, cert_out: Path | None, json_output: bool) -> None:
+    from tpuserve.ops import fleet_status, kube
+    from tpuserve.render.fleet_bundle import GATEWAY
+    from tpuserve.render.fleet_bundle import NAMESPACE as K8S_NAMESPACE
+
+    if cert_out is not None:
+        raise OpsError(f"--cert-out: {d.name} has no certificate to pin (plain HTTP, or a "
+                       "Google-managed certificate the system's CAs verify)",
+                       exit_code=EXIT_USAGE)
+    k = kube.connect(d)
+    gw = k.gateway(K8S_NAMESPACE, GATEWAY)
+    if gw is None:
+        raise OpsError(f"{d.name}: no Gateway {K8S_NAMESPACE}/{GATEWAY} in cluster "
+                       f"{kube.cluster_name(d)}", hint=f"deploy it: npx cdktf deploy {d.name}")
+    base = fleet_status.endpoint_url(d, gw)
+    address = fleet_status.gateway_address(gw)
+    if base is None:
+        raise OpsError(f"{d.name}: the Gateway {K8S_NAMESPACE}/{GATEWAY} has no address yet",
+                       hint=f"`tpuserve wait {d.name}` blocks until it serves")
+    key_cmd = common.key_command(d) if d.access.api_key_proxy else None
+    domain = d.fleet.domain
+    curl = (f'curl -H "Authorization: Bearer ${API_KEY_ENV}" {base}/v1/models' if key_cmd
+            else f"curl {base}/v1/models")
+    if json_output:
+        emit_json({
+            "stack": d.name,
+            "cluster": kube.cluster_name(d),
+            "kube_context": kube.context_name(d),
+            "gateway_address": address,
+            "gateway_programmed": fleet_status.programmed(gw),
+            "base_url": base,
+            "openai_base_url": base + "/v1",
+            "tls": {"domain": domain, "verify": "system CAs (Google-managed certificate)"}
+            if domain else None,
+            "curl": curl,
+            "api_key_required": d.access.api_key_proxy,
+            "api_key_secret": d.api_key_secret_id if key_cmd else None,
+            "api_key_command": key_cmd,
+            "create_api_key_command": create_key_command(d) if key_cmd else None,
+        })
+        return
+    console.print(f"base URL     {base}")
+    console.print(f"OpenAI base  {base}/v1")
+    console.print(f"gateway      {address or 'no address yet'}"
+                  + (f" (point {domain} at it)" if domain and address else ""), markup=False)
+    if domain:
+        console.print(f"TLS          Google-managed certificate for {domain}: the system's CAs "
+                      "verify it (nothing to pin)", soft_wrap=True, markup=False)
+    else:
+        console.print("TLS          off: plain HTTP on the Gateway, the key and prompts travel "
+                      "in clear text (set fleet.domain for HTTPS)", soft_wrap=True,
+                      markup=False)
+    console.print(f"curl         {curl}", soft_wrap=True, markup=False)
+    if key_cmd:
+        console.print(f'API key      export {API_KEY_ENV}="$({key_cmd})"', soft_wrap=True,
+                      markup=False)
+        console.print(f"no key yet?  {create_key_command(d)}", soft_wrap=True, markup=False)
+    else:
+        console.print("API key      none: access.api_key_proxy = false")
 
 
 def register(app: typer.Typer) -> None:

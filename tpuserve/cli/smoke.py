@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from tpuserve.ops import fleet_status
 from tpuserve.ops import smoke as checks
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.server import http_client
@@ -53,7 +54,13 @@ def smoke(
 ) -> None:
     """Health, a chat completion, a get_weather tool call, an image, a prompt near
     max_model_len, and (with the API-key proxy) refusals without the key. Exits 1 on any FAIL."""
-    target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
+    d = common.load_stack(stack) if stack and not endpoint else None
+    if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
+        target = fleet_status.fleet_target(
+            d, api_key, pinned=bool(fingerprint or cacert),
+            key_hint=f'export {common.API_KEY_ENV}="$({common.key_command(d)})"')
+    else:
+        target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
     opts = checks.SmokeOptions(
         model=model or (d.vllm.model if d else None),
         max_model_len=max_model_len or (d.vllm.max_model_len if d else None),

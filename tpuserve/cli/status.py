@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tpuserve.ops import recovery
+from tpuserve.ops import fleet_status, kube, recovery
+from tpuserve.ops.fleet_status import FleetStatus
 from tpuserve.ops.server import http_client
 from tpuserve.ops.stack_status import (
     HEALTH_TIMEOUT_S,
@@ -53,8 +54,72 @@ def _facts(s: StackStatus) -> list[tuple[str, str]]:
     return rows
 
 
-def render(statuses: list[StackStatus]) -> None:
+def _fleet_facts(s: FleetStatus) -> list[tuple[str, str]]:
+    status = s.deployment.get("status") if isinstance(s.deployment, dict) else None
+    updated = status.get("updatedReplicas", 0) if isinstance(status, dict) else 0
+    rows = [("replicas", f"{s.ready}/{s.desired} ready ({updated} updated)")]
+    if s.hpa is None:
+        rows.append(("autoscaler", "no HorizontalPodAutoscaler"))
+    else:
+        h = s.hpa
+        rows.append(("autoscaler", (f"{h.current_replicas} current, {h.desired_replicas} desired "
+                     f"(min {h.min_replicas}, max {h.max_replicas})")))
+        for m in h.metrics:
+            cur = "unknown" if m.current is None else f"{m.current:g}"
+            tgt = "?" if m.target is None else f"{m.target:g}"
+            # prometheus.googleapis.com|vllm:num_requests_waiting|gauge: the middle part
+            name = m.name.split("|")[1] if m.name.count("|") == 2 else m.name
+            rows.append(("metric", f"{name}: {cur} / target {tgt} ({m.target_type})"))
+    rows.append(("gateway", s.address or "no address yet"))
+    rows.append(("endpoint", f"{s.endpoint}/v1" if s.endpoint else "-"))
+    rows.append(("health", s.health_detail if s.health_ok is None else
+                 f"{'ok' if s.health_ok else 'failing'} ({s.health_detail})"))
+    pending = {k: v for k, v in s.to_json()["pending"].items() if v}
+    if pending:
+        rows.append(("pending", ", ".join(f"{v} {k}" for k, v in pending.items())))
+    rows.append(("cost", (f"${s.usd_per_hour:,.4f}/h: {s.billed_replicas} replica(s) on TPU "
+                 f"nodes at ${s.d.usd_per_hour:.4f}/h ({s.d.fleet.provisioning[0]} price)")))
+    rows.extend(("truncated", f"{what}: only the first {kube.MAX_LIST_ITEMS} read")
+                for what in s.truncated)
+    return rows
+
+
+def render_fleet(s: FleetStatus) -> None:
+    d = s.d
+    title = (f"[bold]{d.name}[/] (GKE cluster {kube.cluster_name(d)}, {d.gcp.zone})")
+    if s.no_credentials:
+        console.print(f"{title}: not deployed, or no credentials for it: "
+                      f"{kube.credentials_command(d)}", soft_wrap=True)
+        console.print()
+        return
+    if s.error is None and not s.deployed:
+        console.print(f"{title}: not deployed")
+        console.print()
+        return
+    console.print(title)
+    if s.error is None:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="dim")
+        grid.add_column(overflow="fold")
+        for key, value in _fleet_facts(s):
+            grid.add_row(key, value)
+        console.print(grid)
+    if s.pods:
+        pods = Table("pod", "phase", "state", "why", show_edge=False)
+        for p in s.pods:
+            pods.add_row(p.name, p.phase, p.state, p.reason or "-")
+        console.print(pods)
+    for problem in s.problems:
+        console.print(f"[bold red]problem:[/] {problem}", soft_wrap=True, markup=True,
+                      highlight=False)
+    console.print()
+
+
+def render(statuses: list[StackStatus | FleetStatus]) -> None:
     for s in statuses:
+        if isinstance(s, FleetStatus):
+            render_fleet(s)
+            continue
         title = f"[bold]{s.d.name}[/] ({s.d.stack.provisioning_model}, {s.d.gcp.zone})"
         if not s.deployed:
             console.print(f"{title}: not deployed")
@@ -77,12 +142,16 @@ def render(statuses: list[StackStatus]) -> None:
         console.print()
 
 
-def gather(stack: str | None) -> list[StackStatus]:
+def gather(stack: str | None) -> list[StackStatus | FleetStatus]:
     found = common.deployments()
     names = [common.load_stack(stack).name] if stack else list(found)
-    tpu = common.tpu_api()
+    # The fleet is read from its cluster (a stack named on the command line: its errors are
+    # the command's; among every stack: that stack's problem).
+    tpu = common.tpu_api() if any(not found[n].is_fleet for n in names) else None
     with http_client(HEALTH_TIMEOUT_S) as http:
-        return [stack_status(found[n], tpu=tpu, http=http) for n in names]
+        return [fleet_status.fleet_status(found[n], http=http, strict=stack is not None)
+                if found[n].is_fleet else stack_status(found[n], tpu=tpu, http=http)
+                for n in names]
 
 
 @command
@@ -106,7 +175,10 @@ def status(
 ) -> None:
     """Node (and queued resource) state, health, endpoint, boot phases, time running, money
     spent and time left, for each deployed stack. Also the config the server runs with against
-    the deployed one. Exits 1 when a deployed stack has a problem."""
+    the deployed one. The fleet: replicas ready/desired, the autoscaler's metric against its
+    target, the Gateway's address, each pod's state and why a pending pod waits (capacity,
+    quota, compiling), and $/hour at the current replicas. Exits 1 when a deployed stack has a
+    problem."""
     if recover and not watch:
         raise typer.BadParameter("--recover needs --watch (or use `tpuserve recover STACK`)")
     if not watch:
