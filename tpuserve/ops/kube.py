@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# The GKE cluster the fleet stack creates (one constant: the stack and this module agree).
-CLUSTER_NAME = "{deployment}-fleet"
 # Seconds to connect, and to wait for any one read, per call.
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 15.0
@@ -42,7 +40,9 @@ GATEWAY_GROUP, GATEWAY_VERSION = "gateway.networking.k8s.io", "v1"
 
 
 def cluster_name(d: Deployment) -> str:
-    return CLUSTER_NAME.format(deployment=d.gcp.deployment)
+    """The GKE cluster the fleet stack creates: named like every serving stack's node
+    (`<deployment>-fleet`, stacks/fleet.py), from the one property both read."""
+    return d.node_name
 
 
 def context_name(d: Deployment) -> str:
