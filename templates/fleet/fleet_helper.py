@@ -197,7 +197,8 @@ def restore_weights(bucket: str, prefix: str, dest: str, max_s: str) -> None:
         log("weights not staged", f"gs://{bucket}/{prefix}:", status(exc), "(vLLM downloads)")
         return
     try:
-        names = [o["name"] for o in list_objects(bucket, prefix) if o["name"] != prefix + "COMPLETE"]
+        marker = prefix + "COMPLETE"
+        names = [o["name"] for o in list_objects(bucket, prefix) if o["name"] != marker]
         for n in names:
             if ".." in n.split("/"):
                 raise ValueError(f"unsafe object name {n!r}")
