@@ -6,12 +6,42 @@ is built in templates/fleet/):
 - `render_bundle(d) -> str`: the objects as one multi-document YAML text (what `kubectl apply
   --server-side -f -` reads, and what the stack's `terraform_data.k8s_bundle` stores);
 - `bundle_sha256(text) -> str`.
+
+Every config value reaches the YAML through the `y` filter (JSON, a subset of YAML: always
+data, never structure). The vLLM container runs exactly the VM stacks' argv (`vllm_command`
+with the proxy on: vLLM on 127.0.0.1:VLLM_BACKEND_PORT, the key proxy in front) and
+`container_env`, so the compile-cache key, and the cache object's name, are the VM's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+import posixpath
+import re
 from typing import TYPE_CHECKING, Any
+
+from tpuserve.facts import COLD_START_S
+from tpuserve.paths import TEMPLATE_DIR
+from tpuserve.render.boot_script import (
+    BOOT_HELPER,
+    CACHE_GET_MAX_S,
+    CACHE_OBJECT_PREFIX,
+    READY_TIMEOUT_S,
+    VLLM_BACKEND_PORT,
+)
+from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
+from tpuserve.render.templates import environment
+from tpuserve.render.vllm_args import (
+    CONTAINER_CACHE_DIR,
+    CONTAINER_HF_HOME,
+    CONTAINER_HF_TOKEN_PATH,
+    compile_cache_key,
+    container_env,
+    listen_argv,
+    serve_argv,
+)
 
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
@@ -27,15 +57,195 @@ APP_LABEL = {"app": "vllm"}
 PROXY_PORT = 8080            # the API-key proxy sidecar: every path but /health needs the key
 WEIGHTS_JOB = "stage-weights"
 
+# More shared names (the stack's node pools and IAM bindings use them).
+COMPUTE_CLASS = "tpuserve-v5e"
+NODE_POOLS = {"flex": "tpu-flex", "spot": "tpu-spot", "ondemand": "tpu-ondemand"}
+MACHINE_TYPE = "ct5lp-hightpu-1t"          # one v5e chip (1x1)
+TPU_ACCELERATOR = "tpu-v5-lite-podslice"
+TPU_TOPOLOGY = "1x1"
+SECRET_CLASSES = {"hf": "hf-token", "key": "api-key"}  # SecretProviderClass names
+HELPER_CONFIGMAP = "tpuserve-fleet"
+INFERENCE_POOL = "vllm"
+EPP = "vllm-epp"
+EPP_LABEL = {"app": "vllm-epp"}
+EPP_PORT = 9002
+# Upstream's EPP image (kubernetes-sigs/gateway-api-inference-extension), by tag: the version of
+# the InferencePool CRD the schemas come from (v1.6.0). Unverified: pin its digest on first pull.
+EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.6.0"
+METRIC_QUEUE = "prometheus.googleapis.com|vllm:num_requests_waiting|gauge"
+GATEWAY_CLASS = "gke-l7-regional-external-managed"
+BACKENDS = ("inferencepool", "service")
+# Google's health-check prober ranges (the load balancer's checks of /health on PROXY_PORT).
+HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
+# Kubernetes' own bounds on HPA behavior fields.
+HPA_MAX_PERIOD_S = 1800
+HPA_MAX_WINDOW_S = 3600
+# The startupProbe: vLLM counts as failed after READY_TIMEOUT_S (~2.8x the measured cold boot,
+# as on a VM), in PROBE_PERIOD_S steps.
+PROBE_PERIOD_S = 10
+# The weights restore gives up after this long (the 9.54 GiB checkpoint downloads from Hugging
+# Face in ~10 s, SPEC 4; a restore slower than a cold compile's share is not worth waiting for).
+WEIGHTS_GET_MAX_S = int(COLD_START_S) // 3
+VENDOR_ADAPTER = TEMPLATE_DIR / "fleet" / "vendor" / "custom-metrics-stackdriver-adapter.yaml"
+FLEET_HELPER = TEMPLATE_DIR / "fleet" / "fleet_helper.py"
+TEMPLATES = (
+    "fleet/identity.yaml.j2",
+    "fleet/computeclass.yaml.j2",
+    "fleet/stage-weights.yaml.j2",
+    "fleet/vllm.yaml.j2",
+    "fleet/service.yaml.j2",
+    "fleet/epp.yaml.j2",
+    "fleet/gateway.yaml.j2",
+)
+_DIGEST = re.compile(r"@sha256:([0-9a-f]{64})$")
 
-def render_objects(d: Deployment) -> list[dict[str, Any]]:
-    raise NotImplementedError("the fleet bundle renderer is being built (issue 14)")
+
+def _y(value: Any) -> str:
+    """Any value as a YAML flow node (JSON): data, whatever characters it holds."""
+    return json.dumps(value, ensure_ascii=True)
 
 
-def render_bundle(d: Deployment) -> str:
+_env = environment(y=_y)
+
+
+def image_digest(image: str) -> str:
+    m = _DIGEST.search(image)
+    if not m:
+        raise ValueError(
+            f"vllm.image = {image[:120]!r}: the fleet needs a digest-pinned image "
+            "(repo[:tag]@sha256:<64 hex>): every replica must run the same build, and the "
+            "compile cache's object name holds 12 hex of that digest"
+        )
+    return m.group(1)
+
+
+def vllm_argv(d: Deployment) -> list[str]:
+    """What `boot_script.vllm_command` renders with the API-key proxy on."""
+    return serve_argv(d.vllm) + listen_argv("127.0.0.1", VLLM_BACKEND_PORT)
+
+
+def cache_object(d: Deployment) -> str:
+    """The compile cache's object in the base's cache bucket: the VM stacks' name for the same
+    settings and image digest (boot_script: cache_select)."""
+    key = compile_cache_key(d, vllm_argv(d))
+    return f"{CACHE_OBJECT_PREFIX}{key}-{image_digest(d.vllm.image)[:12]}.tar.gz"
+
+
+def weights_prefix(d: Deployment) -> str:
+    """Where the staged snapshot lives in the weights bucket: Hugging Face's own cache layout
+    (hub/models--ORG--NAME/), so a restore into HF_HOME is found by vLLM as a cached download."""
+    return "hf/" + _hf_repo_dir(d) + "/"
+
+
+def _hf_repo_dir(d: Deployment) -> str:
+    return "hub/models--" + d.vllm.model.replace("/", "--")
+
+
+def k8s_quantity(docker_size: str) -> str:
+    """docker's --shm-size (binary units: 10gb = 10 GiB) as a Kubernetes quantity."""
+    m = re.fullmatch(r"([0-9]+)([kmg])b?", docker_size)
+    if not m:
+        raise ValueError(f"vllm.shm_size = {docker_size!r}: not a size like 10gb")
+    return m.group(1) + {"k": "Ki", "m": "Mi", "g": "Gi"}[m.group(2)]
+
+
+def _check_hpa(d: Deployment) -> None:
+    f = d.fleet
+    if f.scale_up_period_s > HPA_MAX_PERIOD_S:
+        raise ValueError(f"fleet.scale_up_period_s = {f.scale_up_period_s}: Kubernetes caps an "
+                         f"HPA policy's periodSeconds at {HPA_MAX_PERIOD_S}")
+    if f.scale_down_window_s > HPA_MAX_WINDOW_S:
+        raise ValueError(f"fleet.scale_down_window_s = {f.scale_down_window_s}: Kubernetes caps "
+                         f"stabilizationWindowSeconds at {HPA_MAX_WINDOW_S}")
+
+
+def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend = {backend!r}: one of {', '.join(BACKENDS)}")
+    _check_hpa(d)
+    digest = image_digest(d.vllm.image)
+    argv = vllm_argv(d)
+    base = d.base
+    token_dir, token_file = posixpath.split(CONTAINER_HF_TOKEN_PATH)
+    nginx_conf = render_nginx_conf(
+        public_port=PROXY_PORT, backend_port=VLLM_BACKEND_PORT, tls=False,
+        metrics_allow=(d.fleet.pods_cidr,),
+    )
+    helper = FLEET_HELPER.read_text()
+    boot_helper = BOOT_HELPER.read_text()
+    files_sha = hashlib.sha256(
+        json.dumps([nginx_conf, helper, boot_helper]).encode()).hexdigest()[:16]
+    secret = "projects/{}/secrets/{}/versions/latest".format
+    return {
+        "ns": NAMESPACE, "deployment": DEPLOYMENT, "service": SERVICE, "hpa": HPA, "ksa": KSA,
+        "gateway": GATEWAY, "app_label": APP_LABEL, "proxy_port": PROXY_PORT,
+        "weights_job": WEIGHTS_JOB, "compute_class": COMPUTE_CLASS,
+        "node_pools": [NODE_POOLS[m] for m in d.fleet.provisioning],
+        "machine_type": MACHINE_TYPE, "tpu_accelerator": TPU_ACCELERATOR,
+        "tpu_topology": TPU_TOPOLOGY,
+        "spc_hf": SECRET_CLASSES["hf"], "spc_key": SECRET_CLASSES["key"],
+        # The provider's `secrets` parameter is itself YAML text: built here, as JSON.
+        "spc_hf_secrets": json.dumps([{"resourceName": secret(base.project,
+                                                              base.hf_token_secret_id),
+                                       "path": token_file}]),
+        "spc_key_secrets": json.dumps([{"resourceName": secret(base.project,
+                                                               base.api_key_secret_id),
+                                        "path": "api-key"}]),
+        "helper_configmap": HELPER_CONFIGMAP,
+        "nginx_conf": nginx_conf, "fleet_helper": helper, "boot_helper": boot_helper,
+        "files_sha": files_sha,
+        "image": d.vllm.image, "image_digest12": digest[:12],
+        "proxy_image": d.access.proxy_image,
+        "vllm_args": argv,
+        "vllm_env": [{"name": k, "value": v} for k, v in container_env(d.vllm).items()],
+        "hf_home": CONTAINER_HF_HOME, "token_dir": token_dir,
+        "token_path": CONTAINER_HF_TOKEN_PATH,
+        "cache_dir": CONTAINER_CACHE_DIR,
+        "shm_size": k8s_quantity(d.vllm.shm_size),
+        "backend_port": VLLM_BACKEND_PORT,
+        "probe_period_s": PROBE_PERIOD_S,
+        "startup_failures": math.ceil(READY_TIMEOUT_S / PROBE_PERIOD_S),
+        "cache_enabled": d.cache.enabled,
+        "cache_bucket": base.cache_bucket, "cache_object": cache_object(d),
+        "cache_get_max_s": CACHE_GET_MAX_S,
+        "weights_bucket": base.weights_bucket, "weights_prefix": weights_prefix(d),
+        "weights_dest": posixpath.join(CONTAINER_HF_HOME, _hf_repo_dir(d)),
+        "weights_get_max_s": WEIGHTS_GET_MAX_S,
+        "model": d.vllm.model,
+        "fleet": d.fleet,
+        "queue_target": str(d.fleet.queue_target),
+        "metric_queue": METRIC_QUEUE,
+        "inference_pool": INFERENCE_POOL, "epp": EPP, "epp_label": EPP_LABEL,
+        "epp_port": EPP_PORT, "epp_image": EPP_IMAGE,
+        "backend": backend,
+        "gateway_class": GATEWAY_CLASS,
+        "address": f"{base.deployment}-fleet-ip",
+        "certificate": f"{base.deployment}-fleet-cert",
+        "domain": d.fleet.domain,
+        "collector_sources": [d.fleet.proxy_only_cidr, *HEALTH_CHECK_RANGES],
+        "key_include": NODE_LAYOUT.key_include,
+        "labels": base.labels,
+    }
+
+
+def render_objects(d: Deployment, *, backend: str = "inferencepool") -> list[dict[str, Any]]:
+    """Every object in apply order. `backend="service"`: the documented fallback, the Gateway's
+    HTTPRoute to the plain Service (no InferencePool, no endpoint picker)."""
     import yaml
 
-    return yaml.safe_dump_all(render_objects(d), sort_keys=False)
+    ctx = context(d, backend=backend)
+    objects: list[dict[str, Any]] = []
+    for name in TEMPLATES:
+        text = _env.get_template(name).render(**ctx)
+        objects += [o for o in yaml.safe_load_all(text) if o is not None]
+    adapter = [o for o in yaml.safe_load_all(VENDOR_ADAPTER.read_text()) if o is not None]
+    return objects[:1] + adapter + objects[1:]
+
+
+def render_bundle(d: Deployment, *, backend: str = "inferencepool") -> str:
+    import yaml
+
+    return yaml.safe_dump_all(render_objects(d, backend=backend), sort_keys=False)
 
 
 def bundle_sha256(text: str) -> str:

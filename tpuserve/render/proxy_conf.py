@@ -7,6 +7,7 @@ files, pid, logs, temp dirs) is a `ProxyLayout`, a render-time parameter, never 
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from tpuserve.render.templates import environment
@@ -17,6 +18,8 @@ from tpuserve.render.templates import environment
 OPEN_METHODS = ("GET", "HEAD")
 OPEN_URI = "/health"
 TLS_MODES = ("self-signed", "off")
+# Open to in-cluster collectors only (render_nginx_conf's metrics_allow): GET, this raw target.
+METRICS_URI = "/metrics"
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,18 @@ _env = environment()
 
 def render_nginx_conf(
     *, public_port: int, backend_port: int, tls: bool, layout: ProxyLayout = NODE_LAYOUT,
+    metrics_allow: tuple[str, ...] = (),
 ) -> str:
     """nginx.conf for the proxy on `public_port` (TLS when `tls`) in front of vLLM on
-    127.0.0.1:`backend_port`."""
+    127.0.0.1:`backend_port`.
+
+    `metrics_allow` (the fleet's pods; empty on a VM, whose output it leaves unchanged): source
+    ranges from which exactly `GET /metrics` (raw request target, as for /health) needs no key,
+    judged on the connection's own address, never a forwarded header."""
+    nets = tuple(str(ipaddress.ip_network(c, strict=True)) for c in metrics_allow)
     text = _env.get_template("nginx.conf.j2").render(
         public_port=int(public_port), backend_port=int(backend_port), tls=tls, layout=layout,
         open_methods="|".join(OPEN_METHODS), open_uri=OPEN_URI,
+        metrics_allow=nets, metrics_uri=METRICS_URI,
     )
     return text if text.endswith("\n") else text + "\n"
