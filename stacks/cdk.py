@@ -147,6 +147,7 @@ from cdktf_cdktf_provider_google_beta.google_container_node_pool import (  # noq
     GoogleContainerNodePoolNodeConfig,
     GoogleContainerNodePoolNodeConfigReservationAffinity,
     GoogleContainerNodePoolNodeConfigShieldedInstanceConfig,
+    GoogleContainerNodePoolNodeConfigTaint,
     GoogleContainerNodePoolNodeConfigWorkloadMetadataConfig,
 )
 from cdktf_cdktf_provider_google_beta.google_project_iam_custom_role import (  # noqa: F401

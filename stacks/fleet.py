@@ -74,6 +74,7 @@ from .cdk import (
     GoogleContainerNodePoolNodeConfig,
     GoogleContainerNodePoolNodeConfigReservationAffinity,
     GoogleContainerNodePoolNodeConfigShieldedInstanceConfig,
+    GoogleContainerNodePoolNodeConfigTaint,
     GoogleContainerNodePoolNodeConfigWorkloadMetadataConfig,
     GoogleProjectIamMember,
     GoogleSecretManagerSecretIamMember,
@@ -91,6 +92,7 @@ CLIENT = python_module("tpuserve.kubectl")
 TPU_MACHINE_TYPE = "ct5lp-hightpu-1t"
 # Node label the bundle's ComputeClass and selectors read.
 PROVISIONING_LABEL = "tpuserve/provisioning"
+COMPUTE_CLASS_KEY = "cloud.google.com/compute-class"
 # The custom-metrics adapter the HPA reads vllm:num_requests_waiting through.
 ADAPTER_NAMESPACE = "custom-metrics"
 ADAPTER_KSA = "custom-metrics-stackdriver-adapter"
@@ -102,7 +104,8 @@ MAX_BUNDLE_GZ_CHARS = 100_000
 
 
 def pool_name(model: str) -> str:
-    return f"tpu-{model}"
+    """The TPU pool of one provisioning model: the bundle's ComputeClass names the same."""
+    return fleet_bundle.NODE_POOLS[model]
 
 
 def bundle_gz_chars(bundle: str) -> int:
@@ -253,8 +256,15 @@ class FleetStack(ServingStack):
                 total_min_node_count=f.min_replicas if first else 0,
                 total_max_node_count=f.max_replicas, location_policy="ANY"),
             management=GoogleContainerNodePoolManagement(auto_repair=repair, auto_upgrade=True),
-            node_config=self._node_config(d, machine_type=TPU_MACHINE_TYPE,
-                                          labels={PROVISIONING_LABEL: model}, **extra),
+            # GKE's rule for a ComputeClass over manually created pools: each carries the
+            # class as a label and a NoSchedule taint, so only the class's pods land there.
+            node_config=self._node_config(
+                d, machine_type=TPU_MACHINE_TYPE,
+                labels={PROVISIONING_LABEL: model, COMPUTE_CLASS_KEY: fleet_bundle.COMPUTE_CLASS},
+                taint=[GoogleContainerNodePoolNodeConfigTaint(
+                    key=COMPUTE_CLASS_KEY, value=fleet_bundle.COMPUTE_CLASS,
+                    effect="NO_SCHEDULE")],
+                **extra),
         )
         pool.override_logical_id(f"tpu_pool_{model}")
         return pool
@@ -282,11 +292,15 @@ class FleetStack(ServingStack):
             res.override_logical_id(id_)
             grants.append(res)
 
-        for id_, secret in (("vllm_hf_token_accessor", d.hf_token_secret_id),
-                            ("vllm_api_key_accessor", d.api_key_secret_id)):
+        for id_, secret, member in (
+            ("vllm_hf_token_accessor", d.hf_token_secret_id, vllm),
+            ("vllm_api_key_accessor", d.api_key_secret_id, vllm),
+            # The staging Job reads the HF token to download the model, nothing else.
+            ("stager_hf_token_accessor", d.hf_token_secret_id, stager),
+        ):
             keep(GoogleSecretManagerSecretIamMember(
                 self, id_, project=d.gcp.project, secret_id=secret,
-                role="roles/secretmanager.secretAccessor", member=vllm,
+                role="roles/secretmanager.secretAccessor", member=member,
                 depends_on=[self.preflight]), id_)
         for id_, bucket, role, member in (
             ("vllm_cache_object_user", d.cache_bucket, "roles/storage.objectUser", vllm),

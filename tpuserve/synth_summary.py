@@ -20,6 +20,13 @@ def summarize(stack: str, doc: dict[str, Any]) -> str:
         buckets = len(resources.get("google_storage_bucket", {}))
         return (f"{stack:9} long-lived base ({secrets} secrets, {buckets} buckets, network, "
                 f"identities); {count} resources; ${dormant}/month dormant")
+    pools = resources.get("google_container_node_pool", {})
+    if pools:
+        tpu_pools = [p["name"] for p in pools.values() if p["name"] != "system"]
+        scaling = next((p["autoscaling"] for p in pools.values() if p["name"] != "system"), {})
+        return (f"{stack:9} GKE fleet: {scaling.get('total_min_node_count', '?')}-"
+                f"{scaling.get('total_max_node_count', '?')} one-chip replicas in "
+                f"{', '.join(tpu_pools)}; {count} resources; ${price}/h a replica")
     if tpu:
         kind = "spot" if tpu.get("scheduling_config", {}).get("spot") else "on-demand"
         what = f"TPU VM {tpu['name']} ({tpu['accelerator_type']}, {kind})"

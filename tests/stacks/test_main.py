@@ -47,7 +47,7 @@ def test_warnings_are_printed_and_synth_proceeds(tmp_path, monkeypatch, capsys) 
     err = capsys.readouterr().err
     assert err.count("warning: [") == 3 and "1.000x" in err
     assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
-        "base", "flex", "ondemand", "spot"]
+        "base", "fleet", "flex", "ondemand", "spot"]
 
 
 @pytest.mark.parametrize(("toml", "needle"), [
@@ -83,3 +83,5 @@ def test_the_synth_summary_names_the_base_and_every_serving_stack(synthesized) -
     assert "/month dormant" in lines["base"]
     assert lines["spot"].startswith("spot      TPU VM tpuserve-spot (v5litepod-1, spot)")
     assert lines["flex"].startswith("flex      flex-start queued resource")
+    assert lines["fleet"].startswith("fleet     GKE fleet: 1-4 one-chip replicas in tpu-flex, "
+                                     "tpu-spot")

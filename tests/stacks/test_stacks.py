@@ -53,7 +53,7 @@ def startup_script(doc: dict[str, Any]) -> str:
 
 
 def test_one_stack_per_provisioning_model_and_the_base(synthesized) -> None:
-    assert set(synthesized) == {"base", "spot", "ondemand", "flex"}
+    assert set(synthesized) == {"base", "spot", "ondemand", "flex", "fleet"}
     for doc in synthesized.values():
         assert doc["terraform"]["required_providers"]["google-beta"]["version"] == "6.50.0"
         assert "google" not in doc["terraform"]["required_providers"]  # never the GA provider

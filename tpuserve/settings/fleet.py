@@ -53,8 +53,9 @@ class FleetSettings(StrictModel):
     queue_target: Annotated[int, Field(ge=1, le=4096)] = 8
     # Add at most one replica per this many seconds, and keep a replica at least this long
     # after load falls: both from the measured boot (SPEC 4).
-    scale_up_period_s: Annotated[int, Field(ge=1, le=86400)] = 900
-    scale_down_window_s: Annotated[int, Field(ge=0, le=86400)] = 900
+    # Kubernetes caps an HPA policy's periodSeconds at 1800 and a stabilization window at 3600.
+    scale_up_period_s: Annotated[int, Field(ge=1, le=1800)] = 900
+    scale_down_window_s: Annotated[int, Field(ge=0, le=3600)] = 900
     # The cluster's pods and services (secondary ranges of the base's subnet) and the
     # proxy-only subnet a regional Gateway needs.
     pods_cidr: str = "10.96.0.0/14"
