@@ -103,7 +103,8 @@ def test_summary_names_every_stack(commits: tuple[Review, str]) -> None:
     r, md = commits
     assert md.startswith(MARKER)
     assert {s.name: s.status for s in r.stacks} == {
-        "base": "unchanged", "spot": "changed", "flex": "changed", "ondemand": "removed"}
+        "base": "unchanged", "spot": "changed", "flex": "changed", "ondemand": "removed",
+        "fleet": "changed"}
 
 
 def test_added_resource_by_address(commits: tuple[Review, str]) -> None:
