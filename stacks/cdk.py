@@ -93,6 +93,17 @@ from cdktf import (  # noqa: F401
     TerraformStack,
     Token,
 )
+from cdktf_cdktf_provider_google_beta.data_google_project import (  # noqa: F401
+    DataGoogleProject,
+)
+from cdktf_cdktf_provider_google_beta.google_billing_budget import (  # noqa: F401
+    GoogleBillingBudget,
+    GoogleBillingBudgetAllUpdatesRule,
+    GoogleBillingBudgetAmount,
+    GoogleBillingBudgetAmountSpecifiedAmount,
+    GoogleBillingBudgetBudgetFilter,
+    GoogleBillingBudgetThresholdRules,
+)
 from cdktf_cdktf_provider_google_beta.google_cloud_tasks_queue import (  # noqa: F401
     GoogleCloudTasksQueue,
     GoogleCloudTasksQueueRateLimits,
@@ -110,6 +121,19 @@ from cdktf_cdktf_provider_google_beta.google_compute_network import (  # noqa: F
 from cdktf_cdktf_provider_google_beta.google_compute_subnetwork import (  # noqa: F401
     GoogleComputeSubnetwork,
     GoogleComputeSubnetworkLogConfig,
+)
+from cdktf_cdktf_provider_google_beta.google_monitoring_alert_policy import (  # noqa: F401
+    GoogleMonitoringAlertPolicy,
+    GoogleMonitoringAlertPolicyAlertStrategy,
+    GoogleMonitoringAlertPolicyConditions,
+    GoogleMonitoringAlertPolicyConditionsConditionPrometheusQueryLanguage,
+    GoogleMonitoringAlertPolicyDocumentation,
+)
+from cdktf_cdktf_provider_google_beta.google_monitoring_dashboard import (  # noqa: F401
+    GoogleMonitoringDashboard,
+)
+from cdktf_cdktf_provider_google_beta.google_monitoring_notification_channel import (  # noqa: F401
+    GoogleMonitoringNotificationChannel,
 )
 from cdktf_cdktf_provider_google_beta.google_project_iam_custom_role import (  # noqa: F401
     GoogleProjectIamCustomRole,
