@@ -2,8 +2,11 @@
 
 It holds what must outlive a node: the network (stacks/network.py), the node service account
 with its grants, the two secrets and the two buckets (stacks/foundation.py), and the billing
-guard's account, role and queue (stacks/guard.py). Serving stacks find all of it by name
-(tpuserve/settings/base_stack.py) and check it exists at plan time (stacks/preflight.py).
+guard's account, role and queue (stacks/guard.py), and the deployment's monitoring: the node
+account's metric-writer grant, dashboard, alert policies, email channel and opt-in budget
+(stacks/monitoring.py; each serving stack registers with it, `add_stack`). Serving stacks find
+all of it by name (tpuserve/settings/base_stack.py) and check it exists at plan time
+(stacks/preflight.py).
 
 Tearing it down is on purpose only:
 - its buckets and secrets carry `lifecycle.prevent_destroy`, so `cdktf destroy base` (or any
@@ -19,6 +22,7 @@ Tearing it down is on purpose only:
 from __future__ import annotations
 
 from tpuserve.planner.base_cost import dormant_base
+from tpuserve.settings import Deployment
 from tpuserve.settings.base_stack import BASE_STACK, Base
 
 from .cdk import Construct, DataResource, LocalExecProvisioner, TerraformOutput
@@ -26,6 +30,7 @@ from .foundation import Foundation
 from .guard import BillingGuard
 from .literals import tf_ref
 from .local_exec import python_module, repo_root
+from .monitoring import Monitoring
 from .network import Network
 from .stack import TpuserveStack
 
@@ -43,6 +48,9 @@ class BaseStack(TpuserveStack):
         self.network = Network(self, "network", base=b)
         self.foundation = Foundation(self, "foundation", base=b, protect=not teardown)
         self.guard = BillingGuard(self, "billing_guard_identity", base=b)
+        self.monitoring = Monitoring(
+            self, "monitoring", base=b,
+            node_member=f"serviceAccount:{self.foundation.service_account.email}")
         guard = DataResource(
             self, "teardown_guard",
             # The destroy provisioner may read only `self`.
@@ -58,10 +66,19 @@ class BaseStack(TpuserveStack):
             )],
             # Destroyed first (it depends on everything): a refusal stops the whole teardown.
             depends_on=[*self.network.resources, *self.foundation.resources,
-                        *self.guard.resources],
+                        *self.guard.resources, *self.monitoring.resources],
         )
         guard.override_logical_id("teardown_guard")
+        self.teardown_guard = guard
         self._outputs(b)
+
+    def add_stack(self, d: Deployment) -> None:
+        """A serving stack of this deployment: the monitoring covers it (stacks/serving.py)."""
+        created = self.monitoring.add_stack(d)
+        if created:  # the teardown guard is still destroyed first
+            self.teardown_guard.depends_on = [
+                *(self.teardown_guard.depends_on or []),
+                *(f"{r.terraform_resource_type}.{r.friendly_unique_id}" for r in created)]
 
     def _outputs(self, b: Base) -> None:
         def out(name: str, value: object, description: str) -> None:

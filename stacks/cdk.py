@@ -96,6 +96,14 @@ from cdktf import (  # noqa: F401
 from cdktf_cdktf_provider_google_beta.data_google_project import (  # noqa: F401
     DataGoogleProject,
 )
+from cdktf_cdktf_provider_google_beta.google_billing_budget import (  # noqa: F401
+    GoogleBillingBudget,
+    GoogleBillingBudgetAllUpdatesRule,
+    GoogleBillingBudgetAmount,
+    GoogleBillingBudgetAmountSpecifiedAmount,
+    GoogleBillingBudgetBudgetFilter,
+    GoogleBillingBudgetThresholdRules,
+)
 from cdktf_cdktf_provider_google_beta.google_certificate_manager_certificate import (  # noqa: F401
     GoogleCertificateManagerCertificate,
     GoogleCertificateManagerCertificateManaged,
@@ -149,6 +157,19 @@ from cdktf_cdktf_provider_google_beta.google_container_node_pool import (  # noq
     GoogleContainerNodePoolNodeConfigShieldedInstanceConfig,
     GoogleContainerNodePoolNodeConfigTaint,
     GoogleContainerNodePoolNodeConfigWorkloadMetadataConfig,
+)
+from cdktf_cdktf_provider_google_beta.google_monitoring_alert_policy import (  # noqa: F401
+    GoogleMonitoringAlertPolicy,
+    GoogleMonitoringAlertPolicyAlertStrategy,
+    GoogleMonitoringAlertPolicyConditions,
+    GoogleMonitoringAlertPolicyConditionsConditionPrometheusQueryLanguage,
+    GoogleMonitoringAlertPolicyDocumentation,
+)
+from cdktf_cdktf_provider_google_beta.google_monitoring_dashboard import (  # noqa: F401
+    GoogleMonitoringDashboard,
+)
+from cdktf_cdktf_provider_google_beta.google_monitoring_notification_channel import (  # noqa: F401
+    GoogleMonitoringNotificationChannel,
 )
 from cdktf_cdktf_provider_google_beta.google_project_iam_custom_role import (  # noqa: F401
     GoogleProjectIamCustomRole,

@@ -87,7 +87,8 @@ class Foundation(Construct):
             self.grants.append(access)
             self.secrets[key] = secret
 
-        # Writing logs is project-wide by nature; it is the node's only project-level grant.
+        # Writing logs (and metrics: stacks/monitoring.py) is project-wide by nature; these are
+        # the node's only project-level grants.
         logs = GoogleProjectIamMember(
             self, "log_writer", project=b.project, role="roles/logging.logWriter",
             member=member,

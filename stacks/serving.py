@@ -1,4 +1,5 @@
-"""What every serving stack shares: the provider, the base preflight, the firewall, the outputs.
+"""What every serving stack shares: the provider, the base preflight, the firewall, the outputs
+(the dashboard's URL among them), and its registration with the base's monitoring.
 
 A serving stack (`spot`, `ondemand`, `flex`) holds only its compute and what is specific to it:
 the node (or queued resource), its firewall rules and, for the VM stacks, the arming of its
@@ -10,7 +11,9 @@ and the secrets.
 from __future__ import annotations
 
 from tpuserve.render.boot_script import render_startup
+from tpuserve.render.dashboard import dashboard_url
 from tpuserve.settings import Deployment
+from tpuserve.settings.base_stack import BASE_STACK
 
 from .cdk import Construct, TerraformOutput
 from .firewall import Firewall
@@ -28,6 +31,11 @@ class ServingStack(TpuserveStack):
         self.preflight = base_preflight(self, d)
         Firewall(self, "firewall", deployment=d)
         self.startup_script = render_startup(d)
+        # The base's monitoring (dashboard line, alerts, budget) covers this stack; found by
+        # name in the app, like everything else of the base (no cross-stack reference).
+        base = scope.node.try_find_child(BASE_STACK)
+        if base is not None and hasattr(base, "add_stack"):
+            base.add_stack(d)
 
     def output(self, name: str, value: object, description: str) -> None:
         TerraformOutput(self, name, value=value, description=description)
@@ -48,3 +56,6 @@ class ServingStack(TpuserveStack):
             self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
         self.output("usd_per_hour", round(d.usd_per_hour, 4),
                     f"{d.stack.provisioning_model} price, $/hour (SPEC 2)")
+        self.output("dashboard_url", dashboard_url(d.gcp.project, d.gcp.deployment),
+                    "The deployment's Cloud Monitoring dashboard (this stack's lines, its "
+                    "alerts' incidents)")

@@ -92,3 +92,22 @@ FLEX_ZONES_BAD = {
     "europe-west4-a": "SPEC 1: measured",
     "europe-west4-b": "SPEC 1: measured",
 }
+
+# SPEC 6: the measured peak aggregate output rate, 128-token context x 64 clients (12 cells x
+# 3 reps, cv <= 3.4%). The dashboard draws it as a line; the capacity alert fires near it.
+E2B_PEAK_OUTPUT_TOK_S = 1496.5
+# SPEC 6: the worst healthy median TTFT measured inside the KV wall (8,192 ctx x 16 clients),
+# and the median past the wall (8,192 x 64 = 524,288 requested tokens): "TTFT explodes".
+E2B_WORST_HEALTHY_TTFT_MS = 594.4
+E2B_TTFT_PAST_KV_WALL_MS = 11_734.0
+# SPEC 6: per-stream tokens/s at the slowest recommended operating point (batch, <=1K ctx,
+# 64 clients: 21 tok/s per stream, i.e. ~48 ms between tokens).
+E2B_SLOWEST_RECOMMENDED_STREAM_TOK_S = 21.0
+# SPEC 4/5: the KV pool at max-model-len 32768 (5,021 blocks of 64), the "~321K live KV
+# tokens" wall of SPEC 6; and the HBM a healthy node plateaus at (vLLM pre-allocates KV).
+E2B_KV_CAPACITY_TOKENS = 321_344
+TPU_V5E_HBM_LIMIT_GIB = 15.75
+TPU_V5E_HBM_CAP_GIB_AT_092 = 14.49
+# Cloud Monitoring: a PromQL alert condition's duration (retest window) is at most 24 h
+# (docs.cloud.google.com/monitoring/alerts/using-promql, "Limitations").
+PROMQL_ALERT_MAX_DURATION_S = 24 * 3600

@@ -19,7 +19,7 @@ from tpuserve.review.revision_facts import ConfigFacts, RevisionFacts, Synthesis
 
 
 def _deployment(args: list[str], key: str | None = "k1") -> dict[str, Any]:
-    annotations = {} if key is None else {"tpuserve/cache-key": key}
+    annotations = {} if key is None else {"tpuserve/cache-object": key}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "vllm", "namespace": "tpuserve"},
@@ -109,7 +109,7 @@ def test_a_new_cache_key_is_cold_and_a_missing_one_is_unknown() -> None:
     unknown = _review(base, _doc([_deployment(["--x"], key=None)])).stack("fleet")
     e = unknown.kubernetes_objects[0].effect
     assert e is not None and (e.kind, e.compile) == ("rolling_restart", None)
-    assert "tpuserve/cache-key" in e.why
+    assert "tpuserve/cache-object" in e.why
 
 
 def test_hpa_change_scales_without_restart_and_others_are_none() -> None:

@@ -139,7 +139,9 @@ def test_outputs_say_how_to_reach_the_node(flex) -> None:
     assert out == {"node_name": "tpuserve-flex", "zone": "us-west4-a",
                    "queued_resource_id": "tpuserve-flex", "usd_per_hour": 0.6,
                    "max_run_duration": "4h", "max_run_cost_usd": 2.4,
-                   "endpoint_command": "tpuserve wait flex"}
+                   "endpoint_command": "tpuserve wait flex",
+                   "dashboard_url": "https://console.cloud.google.com/monitoring/dashboards/"
+                                    "custom/tpuserve-serving?project=tpuserve-placeholder"}
     assert "tpuserve endpoint flex" in doc["output"]["endpoint_command"]["description"]
 
 

@@ -29,12 +29,16 @@ BASE_RESOURCES = {
     "google_secret_manager_secret": {"hf_token_secret", "api_key_secret"},
     "google_secret_manager_secret_iam_member": {"hf_token_secret_accessor",
                                                 "api_key_secret_accessor"},
-    "google_project_iam_member": {"log_writer", "guard_grant"},
+    "google_project_iam_member": {"log_writer", "guard_grant", "metric_writer"},
     "google_project_iam_custom_role": {"guard_role"},
     "google_cloud_tasks_queue": {"guard_queue"},
     "google_storage_bucket": {"cache_bucket", "weights_bucket"},
     "google_storage_bucket_iam_member": {"cache_bucket_object_user"},
     "terraform_data": {"teardown_guard"},
+    "google_monitoring_dashboard": {"dashboard"},
+    "google_monitoring_alert_policy": {"alert_not_serving", "alert_queueing", "alert_kv_pressure",
+                                       "alert_ttft_p95", "alert_itl_mean", "alert_at_peak",
+                                       "alert_idle"},
 }
 LONG_LIVED = ("google_compute_network", "google_compute_subnetwork", "google_service_account",
               "google_secret_manager_secret", "google_storage_bucket", "google_cloud_tasks_queue",
@@ -110,10 +114,10 @@ def test_secret_access_is_scoped_to_the_bases_own_secrets(synthesized) -> None:
         secret = key.removesuffix("_accessor")
         assert grant["secret_id"] == f"${{google_secret_manager_secret.{secret}.id}}"
         assert grant["member"] == NODE_MEMBER
-    # No project-wide secret access; the node's only project grant is writing logs.
+    # No project-wide secret access; the node's only project grants write logs and metrics.
     node_roles = {g["role"] for g in resources(doc, "google_project_iam_member").values()
                   if g["member"] == NODE_MEMBER}
-    assert node_roles == {"roles/logging.logWriter"}
+    assert node_roles == {"roles/logging.logWriter", "roles/monitoring.metricWriter"}
 
 
 def test_the_base_holds_exactly_the_long_lived_resources(synthesized) -> None:

@@ -179,6 +179,8 @@ def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
     return {
         "ns": NAMESPACE, "deployment": DEPLOYMENT, "service": SERVICE, "hpa": HPA, "ksa": KSA,
         "gateway": GATEWAY, "app_label": APP_LABEL, "proxy_port": PROXY_PORT,
+        "pod_labels": {**APP_LABEL, **metric_labels(d)},
+        "metric_pod_labels": [{"from": k} for k in metric_labels(d)],
         "weights_job": WEIGHTS_JOB, "compute_class": COMPUTE_CLASS,
         "node_pools": [NODE_POOLS[m] for m in d.fleet.provisioning],
         "machine_type": MACHINE_TYPE, "tpu_accelerator": TPU_ACCELERATOR,
@@ -226,6 +228,11 @@ def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
         "key_include": NODE_LAYOUT.key_include,
         "labels": base.labels,
     }
+
+
+def metric_labels(d: Deployment) -> dict[str, str]:
+    """The labels every vLLM series carries on the VM stacks too (render/collector_conf.py)."""
+    return {"deployment": d.gcp.deployment, "stack": d.name, "provisioning_model": "fleet"}
 
 
 def render_objects(d: Deployment, *, backend: str = "inferencepool") -> list[dict[str, Any]]:

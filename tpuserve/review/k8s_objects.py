@@ -12,9 +12,10 @@ The bundle is hostile input (a pull request writes it): a size cap, a cap on the
 one-line note in the review, never a traceback.
 
 Effects (model.EFFECT_KINDS): a change of the vLLM Deployment's pod template is a rolling
-restart of the replicas, warm or cold by the compile-cache key the pod template carries in its
-annotation `tpuserve/cache-key` (null when absent on either side); an HPA change moves the
-scaling bounds and restarts nothing; any other object: none.
+restart of the replicas, warm or cold by the compile cache the pod template names in its
+annotation `tpuserve/cache-object` (the object: cache key and image digest; null when absent
+on either side); an HPA change moves the scaling bounds and restarts nothing; any other
+object: none.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tpuserve.facts import COLD_START_S, WARM_START_S
 from .model import Action, Compile, ObjectChange, ServerEffect
 
 BUNDLE_RESOURCE = "terraform_data.k8s_bundle"
-CACHE_KEY_ANNOTATION = "tpuserve/cache-key"
+CACHE_KEY_ANNOTATION = "tpuserve/cache-object"
 # The vLLM Deployment (tpuserve.render.fleet_bundle.NAMESPACE / DEPLOYMENT; not imported: the
 # renderer pulls the settings in).
 VLLM_NAMESPACE = "tpuserve"

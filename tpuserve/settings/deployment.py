@@ -16,6 +16,7 @@ from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, spec_error
 from tpuserve.settings.base_stack import Base
 from tpuserve.settings.fleet import FleetSettings
+from tpuserve.settings.monitoring import MonitoringSettings
 from tpuserve.settings.sections import (
     AccessSettings,
     CacheSettings,
@@ -43,6 +44,8 @@ class Deployment(StrictModel):
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     state: StateSettings = Field(default_factory=StateSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)  # the fleet stack's only
+    # The deployment's (the base holds it); every stack must agree on it (stacks/monitoring.py).
+    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
     stack: StackSettings
 
     @model_validator(mode="after")
