@@ -36,6 +36,9 @@ class ServingStack(TpuserveStack):
         base = scope.node.try_find_child(BASE_STACK)
         if base is not None and hasattr(base, "add_stack"):
             base.add_stack(d)
+        self.output("dashboard_url", dashboard_url(d.gcp.project, d.gcp.deployment),
+                    "The deployment's Cloud Monitoring dashboard (this stack's lines, its "
+                    "alerts' incidents)")
 
     def output(self, name: str, value: object, description: str) -> None:
         TerraformOutput(self, name, value=value, description=description)
@@ -56,6 +59,4 @@ class ServingStack(TpuserveStack):
             self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
         self.output("usd_per_hour", round(d.usd_per_hour, 4),
                     f"{d.stack.provisioning_model} price, $/hour (SPEC 2)")
-        self.output("dashboard_url", dashboard_url(d.gcp.project, d.gcp.deployment),
-                    "The deployment's Cloud Monitoring dashboard (this stack's lines, its "
-                    "alerts' incidents)")
+

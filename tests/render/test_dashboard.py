@@ -103,19 +103,24 @@ def test_cost_panel_has_a_line_per_stack_at_its_price() -> None:
     sets = tile["widget"]["xyChart"]["dataSets"]
     assert [s["legendTemplate"] for s in sets] == ["spot", "ondemand", "flex"]
     assert sets[0]["timeSeriesQuery"]["prometheusQuery"] == (
-        '0.5779 / (sum(rate(vllm:generation_tokens_total{deployment="tpuserve",stack="spot"}'
+        '0.5779 * count(up{deployment="tpuserve",stack="spot",job="vllm"} == 1) / '
+        '(sum(rate(vllm:generation_tokens_total{deployment="tpuserve",stack="spot"}'
         '[15m])) * 3600) * 1e6')
 
 
 @pytest.mark.parametrize(("stack", "usd"), [("spot", 0.107), ("flex", 0.111),
                                            ("ondemand", 0.223)])
 def test_cost_formula_gives_spec7_at_the_peak(stack, usd) -> None:
-    """Evaluate the panel's arithmetic with the measured peak as the rate (SPEC 7)."""
+    """Evaluate the panel's arithmetic with one server up at the measured peak (SPEC 7), and
+    with N servers (the fleet) at N times the peak: the same $/M."""
     price = next(s for s in STACKS if s.name == stack)
     q = usd_per_million_tokens_query("tpuserve", price)
     rate = re.search(r"sum\(rate\([^)]*\)\)", q).group(0)
-    value = eval(q.replace(rate, repr(facts.E2B_PEAK_OUTPUT_TOK_S)))  # plain arithmetic left
-    assert round(value, 3) == usd
+    servers = re.search(r"count\(up\{[^}]*\} == 1\)", q).group(0)
+    for n in (1, 4):
+        value = eval(q.replace(rate, repr(n * facts.E2B_PEAK_OUTPUT_TOK_S))  # arithmetic left
+                     .replace(servers, str(n)))
+        assert round(value, 3) == usd
 
 
 def test_the_url_is_deterministic_and_named_in_the_json() -> None:

@@ -39,7 +39,7 @@ def ok(**sections: dict[str, Any]):
 
 def test_defaults_carry_the_spec_values(deployments) -> None:
     d = deployments["spot"]
-    assert set(deployments) == {"spot", "ondemand", "flex"}
+    assert set(deployments) == {"spot", "ondemand", "flex", "fleet"}
     assert (d.gcp.zone, d.tpu.accelerator_type, d.tpu.runtime_version) == (
         "us-west4-a", "v5litepod-1", "v2-alpha-tpuv5-lite")
     v = d.vllm
@@ -48,13 +48,15 @@ def test_defaults_carry_the_spec_values(deployments) -> None:
         32768, 4096, 0.92)
     assert v.limit_mm_per_prompt == {"image": 4, "audio": 1}
     assert v.block_size is None and v.max_num_seqs is None
-    assert all(deployment_warnings(d) == [] for d in deployments.values())
+    # The fleet alone warns: its placeholder digest and its Gateway without a domain.
+    assert all(deployment_warnings(d) == [] for name, d in deployments.items()
+               if name != "fleet")
 
 
 def test_accelerator_spelled_as_the_api_wants() -> None:
     [msg] = problems(tpu={"accelerator_type": "v5e-1"})
     assert "tpu.accelerator_type = 'v5e-1'" in msg and "v5litepod-1" in msg
-    assert "[spot, ondemand, flex]" in msg  # a shared setting is reported once
+    assert "[spot, ondemand, flex, fleet]" in msg  # a shared setting is reported once
     [msg] = problems(tpu={"accelerator_type": "v4-8"})
     assert "v5litepod" in msg
     assert ok(tpu={"accelerator_type": "v5litepod-4"})["spot"].tpu.chips == 4
@@ -281,7 +283,7 @@ def test_a_malformed_stacks_table_is_a_message(stacks: object) -> None:
 @pytest.mark.parametrize("price", [float("inf"), float("nan"), 0, -1, 100.5, 1e308])
 def test_prices_are_finite_and_bounded(price: float) -> None:
     [msg] = problems(pricing={"ondemand": price})
-    assert msg.startswith("[spot, ondemand, flex] pricing.ondemand = ")
+    assert msg.startswith("[spot, ondemand, flex, fleet] pricing.ondemand = ")
     assert "finite $/chip-hour above 0 and at most 100" in msg and "SPEC 2" in msg
     assert ok(pricing={"ondemand": 100})["spot"].pricing.ondemand == 100
 
@@ -351,7 +353,8 @@ def test_durations_are_exact_words() -> None:
 
 def test_cidrs_in_canonical_form() -> None:
     [msg] = problems(access={"ssh_source_ranges": ["10.0.0.0/8\n"]})
-    assert "[spot, ondemand, flex] access.ssh_source_ranges = ['10.0.0.0/8\\n']: not a CIDR" in msg
+    assert ("[spot, ondemand, flex, fleet] access.ssh_source_ranges = ['10.0.0.0/8\\n']: "
+            "not a CIDR") in msg
     [msg] = problems(access={"ssh_source_ranges": ["2001:DB8::/32"]})
     assert "canonical form (write 2001:db8::/32)" in msg
 

@@ -63,7 +63,9 @@ def test_a_relative_geometry_in_a_stack_table_is_anchored_too(tmp_path: Path) ->
 def test_the_default_config_loads_quietly_with_its_base() -> None:
     loaded = load({})
     # The stacks used to warn that each created the deployment's network: the base holds it.
-    assert loaded.warnings == []
+    # Only the fleet warns: its placeholder image digest and its Gateway without a domain.
+    assert [w.split(" ", 2)[:2] for w in loaded.warnings] == [
+        ["[fleet]", "vllm.image"], ["[fleet]", "fleet.domain"]]
     assert loaded.base is not None and loaded.base.deployment == "tpuserve"
     assert {d.base for d in loaded.deployments.values()} == {loaded.base}
 
@@ -71,7 +73,8 @@ def test_the_default_config_loads_quietly_with_its_base() -> None:
 def test_warnings_name_their_stack(tmp_path: Path) -> None:
     env = _user_config(tmp_path, '[vllm]\nkv_cache_dtype = "fp8"\n')
     warnings = load(env).warnings
-    assert [w.split("]")[0] for w in warnings] == ["[spot", "[ondemand", "[flex"]
+    assert [w.split("]")[0] for w in warnings if "kv_cache_dtype" in w] == [
+        "[spot", "[ondemand", "[flex", "[fleet"]
 
 
 @pytest.mark.parametrize(("table", "setting"), [

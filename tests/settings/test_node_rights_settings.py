@@ -40,7 +40,7 @@ def test_a_network_the_user_brings_creates_none_and_default_warns() -> None:
 ])
 def test_the_subnet_range_is_a_private_ipv4_subnet(cidr: str, why: str) -> None:
     [msg] = problems(gcp={"subnet_cidr": cidr})
-    assert msg.startswith("[spot, ondemand, flex]") and "gcp.subnet_cidr" in msg
+    assert msg.startswith("[spot, ondemand, flex, fleet]") and "gcp.subnet_cidr" in msg
     assert repr(cidr) in msg and why in msg
     assert ok(gcp={"subnet_cidr": "192.168.8.0/29"})["spot"].gcp.subnet_cidr == "192.168.8.0/29"
 

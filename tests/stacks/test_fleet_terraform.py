@@ -67,7 +67,7 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict[
     for name, (image, replicas) in variants.items():
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(fleet_bundle, "render_objects",
-                       lambda d, image=image, replicas=replicas: objects(image, replicas))
+                       lambda d, image=image, replicas=replicas, **_: objects(image, replicas))
             d = from_raw(fleet_raw(image)).deployments["fleet"]
             bundle = fleet_bundle.render_bundle(d)
             outdir = tmp_path_factory.mktemp(f"fleet-{name}")

@@ -100,7 +100,7 @@ def test_the_dashboard_covers_every_stack(synthesized) -> None:
     [cost] = [t for t in doc["mosaicLayout"]["tiles"]
               if t["widget"]["title"].startswith("$ per million")]
     legends = [d["legendTemplate"] for d in cost["widget"]["xyChart"]["dataSets"]]
-    assert sorted(legends) == ["flex", "ondemand", "spot"]
+    assert sorted(legends) == ["fleet", "flex", "ondemand", "spot"]
     assert doc["name"] == "projects/tpuserve-placeholder/dashboards/tpuserve-serving"
 
 

@@ -25,9 +25,10 @@ from tpuserve.render.boot_script import render_startup
 
 TERRAFORM = shutil.which("terraform")
 # What a genuine reference looks like: an address with attributes and indexes, or the one
-# function call the flex provisioner makes.
+# function calls the flex and fleet provisioners make.
 REFERENCE = re.compile(
-    r"\$\{(?:[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+|\[[0-9]+\])+|jsonencode\(self\.input\.body\))\}"
+    r"\$\{(?:[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+|\[[0-9]+\])+|jsonencode\(self\.input\.body\)"
+    r"|base64gzip\(self\.input\.bundle\))\}"
 )
 PLACEHOLDER = "<reference>"
 

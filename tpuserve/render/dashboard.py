@@ -69,9 +69,11 @@ def dashboard_url(project: str, deployment: str) -> str:
 
 
 def usd_per_million_tokens_query(deployment: str, stack: StackPrice, window: str = "15m") -> str:
-    """SPEC 7: $/M output tokens = ($/h) / (tok/s x 3600) x 1e6, with the live token rate."""
+    """SPEC 7: $/M output tokens = ($/h) / (tok/s x 3600) x 1e6, with the live token rate; the
+    $/h is one server's times the servers up (one node, or the fleet's live replicas)."""
     rate = f"sum(rate(vllm:generation_tokens_total{selector(deployment, stack.name)}[{window}]))"
-    return f"{stack.usd_per_hour} / ({rate} * 3600) * 1e6"
+    servers = f"count(up{selector(deployment, stack.name, scrape=True)} == 1)"
+    return f"{stack.usd_per_hour} * {servers} / ({rate} * 3600) * 1e6"
 
 
 def _data_set(query: str, legend: str | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from tpuserve.render.boot_script import (
     vllm_command,
 )
 from tpuserve.render.vllm_args import CONTAINER_HF_TOKEN_PATH, container_env
-from tpuserve.settings import from_raw
+from tpuserve.settings import ConfigError, from_raw
 
 
 def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -90,7 +90,9 @@ def test_rollout_never_needs_a_spare_chip_and_replicas_belong_to_the_hpa(objects
     assert dep["spec"]["strategy"] == {
         "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     assert dep["spec"]["selector"]["matchLabels"] == fb.APP_LABEL
-    assert dep["spec"]["template"]["metadata"]["labels"] == fb.APP_LABEL
+    # The pods carry the VM stacks' metric labels too (PodMonitoring copies them).
+    assert dep["spec"]["template"]["metadata"]["labels"] == {
+        **fb.APP_LABEL, "deployment": "tpuserve", "stack": "fleet", "provisioning_model": "fleet"}
 
 
 def test_shm_and_probes(fleet, objects) -> None:
@@ -210,8 +212,9 @@ def test_hpa_follows_the_config(fleet, objects) -> None:
 
 
 def test_hpa_bounds_beyond_kubernetes_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"fleet\.scale_up_period_s"):
-        fb.render_objects(fleet_deployment(scale_up_period_s=3600))
+    # Kubernetes caps a policy's periodSeconds at 1800: the setting is refused before render.
+    with pytest.raises(ConfigError, match=r"fleet\.scale_up_period_s"):
+        fleet_deployment(scale_up_period_s=3600)
 
 
 def test_compute_class_follows_provisioning_order() -> None:
