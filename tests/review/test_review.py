@@ -103,7 +103,8 @@ def test_summary_names_every_stack(commits: tuple[Review, str]) -> None:
     r, md = commits
     assert md.startswith(MARKER)
     assert {s.name: s.status for s in r.stacks} == {
-        "base": "unchanged", "spot": "changed", "flex": "changed", "ondemand": "removed",
+        # The base changes too: its dashboard and budget cover the stacks configured.
+        "base": "changed", "spot": "changed", "flex": "changed", "ondemand": "removed",
         "fleet": "changed"}
 
 
@@ -147,7 +148,8 @@ def test_compile_cache_key_line(commits: tuple[Review, str]) -> None:
     r, md = commits
     old, new = r.stack("spot").cache_key or ("", "")
     assert old != new
-    assert md.count("~857 s instead of ~497 s on the next boot, SPEC 4") == 2  # spot and flex
+    # spot, flex and fleet (the same settings, the same key change)
+    assert md.count("~857 s instead of ~497 s on the next boot, SPEC 4") == 3
     assert "**cold compile**: the compile-cache key changes" in md
 
 
@@ -170,7 +172,11 @@ def test_what_each_change_does_to_the_running_server(commits: tuple[Review, str]
     assert all(e is not None for e in effects.values())
     assert {s.name: s.server_effect.kind for s in r.stacks if s.server_effect} == {
         "spot": "restart_in_place", "flex": "restart_in_place",
-        "ondemand": "server_removed"}
+        "ondemand": "server_removed", "base": "none", "fleet": "rolling_restart"}
+    rollout = next(o for o in r.stack("fleet").kubernetes_objects
+                   if (o.kind, o.name) == ("Deployment", "vllm"))
+    assert rollout.effect is not None
+    assert (rollout.effect.kind, rollout.effect.compile) == ("rolling_restart", "cold")
     assert ("| `spot` | changed | +1 ~2 -0 | 1 flag(s), 1 var(s) | cold next boot | changed | "
             "restarts in place, cold compile |") in md
     assert "queued resource replaced" not in md
@@ -299,7 +305,7 @@ def test_an_env_change_leaves_capacity_unchanged_and_says_so(tmp_path: Path) -> 
     (tmp_path / "config" / "default.toml").write_text(
         (REPO_ROOT / "config" / "default.toml").read_text().replace(
             "NUM_PRECOMPILE_WORKERS = 1", "NUM_PRECOMPILE_WORKERS = 8"))
-    docs = Synthesis({name: {"resource": {}} for name in ("spot", "ondemand", "flex")})
+    docs = Synthesis({name: {"resource": {}} for name in ("spot", "ondemand", "flex", "fleet")})
     same = RevisionFacts("a", None, docs, config_facts(REPO_ROOT))
     r = build_review(same, RevisionFacts("b", None, docs, config_facts(tmp_path)))
     spot = r.stack("spot")
