@@ -62,8 +62,13 @@ from .cdk import (
     GoogleContainerClusterGatewayApiConfig,
     GoogleContainerClusterIpAllocationPolicy,
     GoogleContainerClusterLoggingConfig,
+    GoogleContainerClusterMasterAuth,
+    GoogleContainerClusterMasterAuthClientCertificateConfig,
     GoogleContainerClusterMonitoringConfig,
     GoogleContainerClusterMonitoringConfigManagedPrometheus,
+    GoogleContainerClusterNodeConfig,
+    GoogleContainerClusterNodeConfigShieldedInstanceConfig,
+    GoogleContainerClusterNodeConfigWorkloadMetadataConfig,
     GoogleContainerClusterPodAutoscaling,
     GoogleContainerClusterReleaseChannel,
     GoogleContainerClusterSecretManagerConfig,
@@ -167,6 +172,22 @@ class FleetStack(ServingStack):
             # The default pool goes at once; the pools below are declared, each on its own.
             remove_default_node_pool=True,
             initial_node_count=1,
+            # The default pool lives minutes, but as the base's node account with the GKE
+            # metadata server, like every pool, not as the project's default compute account.
+            node_config=GoogleContainerClusterNodeConfig(
+                service_account=d.service_account_email,
+                oauth_scopes=list(VM_SCOPES),
+                workload_metadata_config=(
+                    GoogleContainerClusterNodeConfigWorkloadMetadataConfig(mode="GKE_METADATA")),
+                shielded_instance_config=GoogleContainerClusterNodeConfigShieldedInstanceConfig(
+                    enable_secure_boot=True, enable_integrity_monitoring=True),
+            ),
+            # IAM (gcloud credentials) is the only way in: no client certificate is issued.
+            master_auth=GoogleContainerClusterMasterAuth(
+                client_certificate_config=GoogleContainerClusterMasterAuthClientCertificateConfig(
+                    issue_client_certificate=False)),
+            # Pod-to-pod traffic on a node shows in the subnet's (sampled) flow logs too.
+            enable_intranode_visibility=True,
             # A disposable serving stack: `cdktf destroy fleet` must work (the long-lived
             # state is the base's).
             deletion_protection=False,
