@@ -12,14 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tpuserve.render import collector_conf
 from tpuserve.render.boot_script import render_startup, startup_context
 from tpuserve.render.collector_conf import (
-    COLLECTOR_IMAGE,
     metric_labels,
     render_collector_conf,
 )
-from tpuserve.settings import Deployment
+from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 
 LABELS = ("stack", "provisioning_model", "deployment", "node", "project", "zone")
 
@@ -126,12 +124,18 @@ def test_values_stay_scalars_and_dollar_signs_stay_literal(
     assert list(conf) == ["receivers", "processors", "exporters", "service"]
 
 
-def test_the_image_is_pinned() -> None:
-    repo, _, version = COLLECTOR_IMAGE.partition(":")
+def test_the_image_is_pinned_and_on_by_default(serving: dict[str, Deployment]) -> None:
+    m = serving["spot"].monitoring
+    repo, _, version = m.collector_image.partition(":")
     assert repo == "otel/opentelemetry-collector-contrib"
-    assert re.fullmatch(r"\d+\.\d+\.\d+(@sha256:[0-9a-f]{64})?", version) or re.fullmatch(
-        r"otel/opentelemetry-collector-contrib@sha256:[0-9a-f]{64}", COLLECTOR_IMAGE)
-    assert collector_conf.METRICS_ENABLED is True  # on by default
+    assert re.fullmatch(r"\d+\.\d+\.\d+(@sha256:[0-9a-f]{64})?", version)
+    assert m.metrics is True
+    for moving in ("otel/opentelemetry-collector-contrib",
+                   "otel/opentelemetry-collector-contrib:latest", "otel/x y:1"):
+        raw = load_raw(environ={})
+        raw["monitoring"] = {**raw["monitoring"], "collector_image": moving}
+        with pytest.raises(ConfigError, match=r"monitoring\.collector_image"):
+            from_raw(raw)
 
 
 def _settings(script: str, tmp_path: Path, expr: str) -> str:
@@ -148,9 +152,9 @@ def test_the_boot_script_carries_it_verbatim_or_nothing_when_off(
     script = render_startup(d)
     assert _settings(script, tmp_path, '"$METRICS_CONF_TEXT"') + "\n" == render_collector_conf(
         d, backend_port=8001)
-    assert _settings(script, tmp_path, '"$METRICS_IMAGE"') == COLLECTOR_IMAGE
+    assert _settings(script, tmp_path, '"$METRICS_IMAGE"') == d.monitoring.collector_image
     assert _settings(script, tmp_path, '"$METRICS_CONF_PATH"') == "/etc/otelcol-contrib/config.yaml"
-    monkeypatch.setattr(collector_conf, "METRICS_ENABLED", False)
+    d = d.model_copy(update={"monitoring": d.monitoring.model_copy(update={"metrics": False})})
     off = render_startup(d)
     assert startup_context(d)["collector_conf"] == ""
     assert _settings(off, tmp_path, '"$METRICS_CONF_TEXT"') == ""

@@ -104,13 +104,13 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
     ) if d.access.api_key_proxy else ""
     # The metrics collector (render/collector_conf.py): scrapes vLLM where it listens, on
     # loopback. Empty config text: the collector is off, and the boot removes a running one.
-    ctx["metrics_image"] = collector_conf.COLLECTOR_IMAGE
+    ctx["metrics_image"] = d.monitoring.collector_image
     ctx["metrics_container"] = collector_conf.COLLECTOR_CONTAINER_NAME
     ctx["metrics_conf_path"] = collector_conf.COLLECTOR_CONFIG_PATH
     ctx["metrics_memory"] = collector_conf.CONTAINER_MEMORY
     ctx["collector_conf"] = collector_conf.render_collector_conf(
         d, backend_port=ctx["backend_port"],
-    ) if collector_conf.METRICS_ENABLED else ""
+    ) if d.monitoring.metrics else ""
     return ctx
 
 

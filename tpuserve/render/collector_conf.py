@@ -23,14 +23,11 @@ import json
 from tpuserve.render.templates import environment
 from tpuserve.settings import Deployment
 
-# Not settings yet (the lead moves them): the pinned image and the on/off switch.
-# 0.160.0: a release of the contrib distribution that ships the googlemanagedprometheus
-# exporter (beta), the prometheus receiver and the resource/attributes processors; the same
-# release line as the collector Go modules this project can resolve (v0.160.0 .. v0.165.x).
-# UNVERIFIED: the tag on Docker Hub and its digest; pin name@sha256:<digest> once pulled, and
-# run `otelcol-contrib validate --config` with it against a rendered config.
-COLLECTOR_IMAGE = "otel/opentelemetry-collector-contrib:0.160.0"
-METRICS_ENABLED = True  # False: no collector container; the boot removes a running one
+# The image and the on/off switch are settings: monitoring.collector_image (default 0.160.0, a
+# release of the contrib distribution that ships the googlemanagedprometheus exporter, the
+# prometheus receiver and the resource/attributes processors; UNVERIFIED: the tag on Docker Hub
+# and its digest, and `otelcol-contrib validate --config` against a rendered config) and
+# monitoring.metrics.
 
 COLLECTOR_CONTAINER_NAME = "tpuserve-metrics"
 # The contrib image's own config path (its default CMD reads it); mounted read-only.

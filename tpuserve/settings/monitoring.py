@@ -13,7 +13,7 @@ import math
 from pydantic import field_validator
 
 from tpuserve.facts import PROMQL_ALERT_MAX_DURATION_S
-from tpuserve.settings.base import StrictModel, spec_error
+from tpuserve.settings.base import StrictModel, image_reference, spec_error
 from tpuserve.settings.string_rules import Rule, check
 
 # An address Cloud Monitoring can mail: a plain addr-spec, no display name, no quoting, and
@@ -46,6 +46,21 @@ class MonitoringSettings(StrictModel):
     alerts: bool = True
     # "Idle but billing": vLLM up and not one token generated for this long.
     idle_hours: float = 2.0
+    # The metrics collector on every node (templates/boot/metrics.sh.j2): false, none runs
+    # (and a running one is removed), and the dashboard and alerts see nothing of that node.
+    metrics: bool = True
+    # Pinned: a moving tag would change what every node runs without a config change.
+    collector_image: str = "otel/opentelemetry-collector-contrib:0.160.0"
+
+    @field_validator("collector_image")
+    @classmethod
+    def _collector_image(cls, v: str) -> str:
+        image_reference("monitoring.collector_image", v)
+        tag = v.split("@")[0].rsplit("/", 1)[-1].partition(":")[2]
+        if "@sha256:" not in v and tag in ("", "latest"):
+            raise spec_error("monitoring.collector_image", v, "pin a version tag or a digest",
+                             "a moving tag changes what every node runs with no config change")
+        return v
 
     @field_validator("email")
     @classmethod

@@ -12,6 +12,7 @@ import yaml
 from tests.render.boot.support import Cloud, Node
 from tpuserve.render import collector_conf
 from tpuserve.render.boot_script import render_startup
+from tpuserve.settings import Deployment
 
 NAME = "tpuserve-metrics"
 CONF_PATH = "/etc/otelcol-contrib/config.yaml"
@@ -25,6 +26,11 @@ def _names(node: Node, verb: str, since: float = 0) -> list[str]:
 def _rerender(node: Node) -> None:
     """The script rendered again from the node's config (as a metadata update would)."""
     node.script.write_text(render_startup(node.deployment, backend_port=node.cloud.backend_port))
+
+
+def _metrics(d: Deployment, on: bool) -> Deployment:
+    """`d` with [monitoring] metrics switched."""
+    return d.model_copy(update={"monitoring": d.monitoring.model_copy(update={"metrics": on})})
 
 
 def test_a_boot_starts_the_collector_after_vllm_and_a_rerun_keeps_it(
@@ -49,7 +55,7 @@ def test_a_boot_starts_the_collector_after_vllm_and_a_rerun_keeps_it(
     assert labels["node"] == node.deployment.node_name and labels["stack"] == "spot"
 
     c = node.container(NAME)
-    assert c["image"] == collector_conf.COLLECTOR_IMAGE
+    assert c["image"] == node.deployment.monitoring.collector_image
     assert c["cmd"] == [f"--config={CONF_PATH}"]
     assert (c["network"], c["restart"], c["privileged"]) == ("host", "unless-stopped", False)
     assert c["volumes"] == [f"{conf_file}:{CONF_PATH}:ro"]
@@ -107,20 +113,19 @@ def test_a_collector_that_cannot_start_does_not_fail_the_boot(cloud: Cloud) -> N
 def test_the_off_switch_runs_no_collector_and_removes_a_running_one(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(collector_conf, "METRICS_ENABLED", False)
-    node = cloud.node()
+    node = cloud.node(_metrics(cloud.deployment, False))
     node.run()
     assert node.attrs()["metrics"] == "off" and node.attrs()["state"] == "ready"
     assert NAME not in _names(node, "run")
     conf_file = node.root / "var/lib/tpuserve/otelcol.yaml"
     assert not conf_file.exists()
 
-    monkeypatch.setattr(collector_conf, "METRICS_ENABLED", True)
+    node.deployment = _metrics(node.deployment, True)
     _rerender(node)
     node.run()
     assert node.attrs()["metrics"] == "started" and conf_file.exists()
 
-    monkeypatch.setattr(collector_conf, "METRICS_ENABLED", False)
+    node.deployment = _metrics(node.deployment, False)
     _rerender(node)
     since = time.time()
     out = node.run()
