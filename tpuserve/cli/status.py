@@ -17,6 +17,7 @@ from tpuserve.ops.stack_status import (
     format_duration,
     stack_status,
 )
+from tpuserve.render.dashboard import dashboard_url
 
 from . import common
 from .common import JsonOpt, command, console, emit_json, log
@@ -51,6 +52,7 @@ def _facts(s: StackStatus) -> list[tuple[str, str]]:
     if s.billing:
         ends = f"{format_duration(s.ends_in_s)} ({rule})" if at else rule
         rows.append(("ends in", ends))
+    rows.append(("dashboard", dashboard_url(s.d.gcp.project, s.d.gcp.deployment)))
     return rows
 
 
@@ -81,6 +83,7 @@ def _fleet_facts(s: FleetStatus) -> list[tuple[str, str]]:
                  f"nodes at ${s.d.usd_per_hour:.4f}/h ({s.d.fleet.provisioning[0]} price)")))
     rows.extend(("truncated", f"{what}: only the first {kube.MAX_LIST_ITEMS} read")
                 for what in s.truncated)
+    rows.append(("dashboard", dashboard_url(s.d.gcp.project, s.d.gcp.deployment)))
     return rows
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from tpuserve.render.dashboard import dashboard_url
 from tpuserve.render.fleet_bundle import APP_LABEL, DEPLOYMENT, GATEWAY, HPA, NAMESPACE
 from tpuserve.settings import Deployment
 
@@ -382,6 +383,7 @@ class FleetStatus:
             "usd_per_hour": round(self.usd_per_hour, 4),
             "truncated": self.truncated,
             "problems": self.problems,
+            "dashboard_url": dashboard_url(self.d.gcp.project, self.d.gcp.deployment),
         }
 
 

@@ -18,6 +18,7 @@ from tpuserve.gcp.tpu.queued_resources import (
     ref_for,
 )
 from tpuserve.planner.arithmetic import cost_for_hours
+from tpuserve.render.dashboard import dashboard_url
 from tpuserve.settings import Deployment
 from tpuserve.settings.base import parse_duration
 
@@ -197,6 +198,7 @@ class StackStatus:
             "recoverable": self.recoverable,
             "problems": self.problems,
             "config": (self.served or ServedConfig(deployed_sha256(self.d))).to_json(),
+            "dashboard_url": dashboard_url(self.d.gcp.project, self.d.gcp.deployment),
         }
 
 
