@@ -25,7 +25,7 @@ import math
 import sys
 
 from tpuserve.facts import HOURS_PER_MONTH
-from tpuserve.render.alerts import AUTO_CLOSE_S, alerts
+from tpuserve.render.alerts import AUTO_CLOSE_S, EVALUATION_INTERVAL_S, alerts
 from tpuserve.render.dashboard import StackPrice, dashboard_json, dashboard_url
 from tpuserve.settings import Deployment
 from tpuserve.settings.base_stack import Base
@@ -56,9 +56,6 @@ METRIC_WRITER = "roles/monitoring.metricWriter"
 # (it warns early in the month when the trend is already over).
 BUDGET_THRESHOLDS = ((0.5, "CURRENT_SPEND"), (0.9, "CURRENT_SPEND"), (1.0, "CURRENT_SPEND"),
                      (1.0, "FORECASTED_SPEND"))
-# Evaluated every minute (the collector scrapes every 15 s; finer buys nothing at these
-# durations, and each evaluation is billed).
-EVALUATION_INTERVAL = "60s"
 
 
 def budget_units(stacks: list[StackPrice]) -> int:
@@ -158,7 +155,7 @@ class Monitoring(Construct):
                         GoogleMonitoringAlertPolicyConditionsConditionPrometheusQueryLanguage(
                             query=alert.query,
                             duration=f"{alert.duration_s}s",
-                            evaluation_interval=EVALUATION_INTERVAL,
+                            evaluation_interval=f"{EVALUATION_INTERVAL_S}s",
                             alert_rule=alert.key,
                             rule_group=f"tpuserve-{b.deployment}",
                             # The vLLM series exist only after a node's first scrape; the

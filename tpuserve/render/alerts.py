@@ -87,6 +87,10 @@ PEAK_FOR_S = 1800
 # --- A7 idle but billing: vLLM up, not one token generated for [monitoring] idle_hours.
 IDLE_RATE_WINDOW = "10m"
 
+# Every condition is evaluated every minute (the collector scrapes every 15 s; finer buys
+# nothing at these durations, and each evaluation is billed).
+EVALUATION_INTERVAL_S = 60
+
 # Every policy closes its incident by itself once the condition has been clear this long.
 AUTO_CLOSE_S = 1800
 
