@@ -90,6 +90,7 @@ from .cdk import (
 from .foundation import VM_SCOPES
 from .literals import tf_ref
 from .local_exec import python_module, repo_root
+from .preflight import external_program
 from .serving import ServingStack
 
 CLIENT = python_module("tpuserve.kubectl")
@@ -360,6 +361,9 @@ class FleetStack(ServingStack):
 
     # ------------------------------------------------------------------ the bundle
     def _bundle(self, d: Deployment, depends_on: list[TerraformResource]) -> None:
+        # A placeholder or tag-only image fails the plan here, before the cluster exists.
+        external_program(self, "image_preflight", f"{CLIENT} preflight",
+                         {"image": d.vllm.image or ""})
         bundle = fleet_bundle.render_bundle(d)
         size = bundle_gz_chars(bundle)
         if size > MAX_BUNDLE_GZ_CHARS:

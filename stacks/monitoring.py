@@ -49,7 +49,9 @@ from .cdk import (
     GoogleMonitoringNotificationChannel,
     GoogleProjectIamMember,
     TerraformOutput,
+    TerraformStack,
 )
+from .stack import TpuserveStack
 
 METRIC_WRITER = "roles/monitoring.metricWriter"
 # Fractions of the budget that notify: actual spend at 50/90/100%, and a forecast past 100%
@@ -174,6 +176,9 @@ class Monitoring(Construct):
             created.append(policy)
 
         if m.billing_account is not None:
+            stack = TerraformStack.of(self)
+            assert isinstance(stack, TpuserveStack)
+            stack.bill_requests_to_project(b.project)
             project = DataGoogleProject(self, "project", project_id=b.project)
             project.override_logical_id("project")
             self.budget = GoogleBillingBudget(

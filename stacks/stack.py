@@ -28,3 +28,10 @@ class TpuserveStack(TerraformStack):
             default_labels={"managed-by": "tpuserve"},
         )
         Aspects.of(self).add(BindGoogleProvider(provider))
+        self.provider = provider
+
+    def bill_requests_to_project(self, project: str) -> None:
+        """Send the project as every request's quota project. Some APIs (the Budgets API)
+        refuse user credentials without one (403); google_billing_budget's documented fix."""
+        self.provider.user_project_override = True
+        self.provider.billing_project = project

@@ -76,10 +76,14 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict[
     return out
 
 
-def offline(doc: dict[str, Any], cluster_generation: str = "1") -> dict[str, Any]:
-    """The stack's terraform_data, the cluster played by a built-in stand-in."""
+def offline(doc: dict[str, Any], cluster_generation: str = "1",
+            keep_data: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The stack's terraform_data, the cluster played by a built-in stand-in; of its
+    data.external sources only `keep_data`."""
     doc = copy.deepcopy(doc)
-    doc.pop("data", None)
+    sources = doc.pop("data", {}).get("external", {})
+    if keep_data:
+        doc["data"] = {"external": {k: sources[k] for k in keep_data}}
     data = doc["resource"]["terraform_data"]
     for res in data.values():
         assert res["triggers_replace"]["cluster_id"] == CLUSTER_REF
@@ -207,8 +211,35 @@ def test_a_new_cluster_gets_the_bundle_again(docs, kube: Kube, env, tmp_path: Pa
     assert kubectl[-1]["stdin"] == bundle
 
 
-def test_the_placeholder_digest_is_refused_before_any_call(
+def test_the_placeholder_digest_fails_the_plan_before_anything_exists(
         docs, kube: Kube, env, tmp_path: Path) -> None:
+    _bundle, doc = docs["placeholder"]
+    assert doc["data"]["external"]["image_preflight"]["query"] == {
+        "image": "vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST}
+    tf = OfflineStack(tmp_path, "fleet", env)
+    tf.use(offline(doc, keep_data=("image_preflight",)))
+    failed = tf.apply(ok=False)  # the data source's program: terraform never got to apply
+    assert failed.returncode == 2
+    line = one_line(failed.stderr)
+    assert line.startswith("tpuserve: vllm.image = ") and "placeholder digest" in line
+    assert "crane digest vllm/vllm-tpu:nightly`" in line
+    assert failed.stdout == ""
+    assert kube.calls() == []
+    assert not (tf.dir / "terraform.tfstate").exists()
+
+
+def test_a_pinned_image_passes_the_preflight(docs, kube: Kube, env, tmp_path: Path) -> None:
+    _bundle, doc = docs["first"]
+    tf = OfflineStack(tmp_path, "fleet", env)
+    tf.use(offline(doc, keep_data=("image_preflight",)))
+    results, failed = tf.read_data()
+    assert failed is None
+    assert results == {"image_preflight": {"image": IMAGE}}
+
+
+def test_the_apply_step_refuses_the_placeholder_too(
+        docs, kube: Kube, env, tmp_path: Path) -> None:
+    """A stack synthesized before the preflight existed still never applies it."""
     _bundle, doc = docs["placeholder"]
     tf = OfflineStack(tmp_path, "fleet", env)
     tf.use(offline(doc))
@@ -249,6 +280,26 @@ def test_the_client_refuses_an_unpinned_image_directly(
     err = capsys.readouterr().err
     assert one_line(err).startswith(f"tpuserve: vllm.image = {image!r} {words}")
     assert kube.calls() == []
+
+
+@pytest.mark.parametrize(("stdin", "words"), [
+    ("not json", "stdin is not JSON"),
+    ('{"image": "a@sha256:%s", "extra": "x"}' % ("ab" * 32), 'stdin must be {"image"'),
+    ('{"image": 3}', 'stdin must be {"image"'),
+    ('{"image": ""}', "vllm.image is not set"),
+    ('{"image": "vllm/vllm-tpu:nightly"}', "has no digest"),
+])
+def test_the_preflight_refuses_bad_queries_in_one_line(
+        stdin: str, words: str, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import io
+
+    from tpuserve.gcp import kubectl
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert kubectl.main(["preflight"], {}) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert words in one_line(out.err)
 
 
 def test_a_missing_tool_is_one_line(kube: Kube, env, tmp_path: Path, capsys) -> None:

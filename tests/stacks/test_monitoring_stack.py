@@ -65,6 +65,8 @@ def test_default_has_dashboard_and_policies_but_no_channel_or_budget(synthesized
     assert not resources(base, "google_monitoring_notification_channel")
     assert not resources(base, "google_billing_budget")
     assert "data" not in base
+    # Without a budget, no request is billed to the project as its quota project.
+    assert "user_project_override" not in base["provider"]["google-beta"][0]
     for policy in resources(base, "google_monitoring_alert_policy").values():
         assert policy["enabled"] is True
         assert "notification_channels" not in policy
@@ -161,7 +163,12 @@ def test_budget_only_when_configured_at_the_stacks_month(configured, deployments
         "projects": ["projects/${data.google_project.project.number}"],
         "calendar_period": "MONTH"}
     rules = {(r["threshold_percent"], r.get("spend_basis")) for r in budget["threshold_rules"]}
-    assert {(0.5, "CURRENT_SPEND"), (0.9, "CURRENT_SPEND"), (1.0, "CURRENT_SPEND")} <= rules
+    assert rules == {(0.5, "CURRENT_SPEND"), (0.9, "CURRENT_SPEND"), (1.0, "CURRENT_SPEND"),
+                     (1.0, "FORECASTED_SPEND")}
+    # The Budgets API refuses user credentials without a quota project (403).
+    provider = base["provider"]["google-beta"][0]
+    assert provider["user_project_override"] is True
+    assert provider["billing_project"] == "tpuserve-placeholder"
     assert budget["all_updates_rule"]["monitoring_notification_channels"] == [
         "${google_monitoring_notification_channel.alert_email.id}"]
     assert base["data"]["google_project"]["project"]["project_id"] == "tpuserve-placeholder"

@@ -2,6 +2,11 @@
 
     python -m tpuserve.kubectl apply    # the bundle, server-side, as field manager `tpuserve`
     python -m tpuserve.kubectl delete   # what the bundle made, namespaces and CRDs last
+    python -m tpuserve.kubectl preflight   # hashicorp/external: {"image": ...} on stdin
+
+preflight runs at plan time (the fleet stack's `data.external.image_preflight`): an image
+without a real digest fails the plan before the cluster or anything else is created, in one
+line. apply checks again, for a stack synthesized before this check existed.
 
 The cluster comes from $TPUSERVE_K8S_PROJECT, $TPUSERVE_K8S_LOCATION (its zone) and
 $TPUSERVE_K8S_CLUSTER (or --project, --location, --cluster); the bundle (multi-document YAML)
@@ -21,6 +26,7 @@ import argparse
 import base64
 import binascii
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -72,6 +78,19 @@ def check_image(image: str | None) -> None:
         raise KubectlError(f"vllm.image = {image!r} carries the placeholder digest: {how}", 2)
     if "@sha256:" not in image:
         raise KubectlError(f"vllm.image = {image!r} has no digest: {how}", 2)
+
+
+def preflight(stdin: str) -> str:
+    """The external data source's protocol: a JSON object of strings in, one out."""
+    try:
+        query = json.loads(stdin)
+    except json.JSONDecodeError as exc:
+        raise KubectlError(f"preflight: stdin is not JSON ({exc})", 2) from None
+    if not isinstance(query, dict) or set(query) != {"image"} \
+            or not isinstance(query["image"], str):
+        raise KubectlError('preflight: stdin must be {"image": "<name>@sha256:<digest>"}', 2)
+    check_image(query["image"])
+    return json.dumps({"image": query["image"]})
 
 
 def decode_bundle(encoded: str) -> str:
@@ -227,7 +246,7 @@ def delete(cluster: Cluster, bundle: str) -> None:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(prog="python -m tpuserve.kubectl")
-    parser.add_argument("action", choices=("apply", "delete"))
+    parser.add_argument("action", choices=("apply", "delete", "preflight"))
     parser.add_argument("--project", default=env.get(ENV_PROJECT, ""))
     parser.add_argument("--location", default=env.get(ENV_LOCATION, ""),
                         help="the cluster's zone")
@@ -236,6 +255,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     parser.add_argument("--bundle-file")
     args = parser.parse_args(argv)
     try:
+        if args.action == "preflight":
+            print(preflight(sys.stdin.read()), flush=True)
+            return 0
         if args.action == "apply":
             check_image(args.image)  # before anything else: no call with a wrong image
         bundle = read_bundle(args.bundle_file, env)

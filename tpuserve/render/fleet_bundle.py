@@ -246,7 +246,27 @@ def render_objects(d: Deployment, *, backend: str = "inferencepool") -> list[dic
         text = _env.get_template(name).render(**ctx)
         objects += [o for o in yaml.safe_load_all(text) if o is not None]
     adapter = [o for o in yaml.safe_load_all(VENDOR_ADAPTER.read_text()) if o is not None]
+    for obj in objects:
+        if obj["kind"] == "Job":
+            _name_for_its_spec(obj)
     return objects[:1] + adapter + objects[1:]
+
+
+def _name_for_its_spec(job: dict[str, Any]) -> None:
+    """A Job's pod template is immutable: re-applying a changed one under the same name fails
+    the whole apply. Named `<name>-<hash of its spec>`, a change (say a new image digest)
+    creates a new Job; the unchanged one re-applies as a no-op."""
+    digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode()).hexdigest()
+    job["metadata"]["name"] = f"{job['metadata']['name']}-{digest[:10]}"
+
+
+def weights_job(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rendered weights-staging Job (its name carries its spec's hash)."""
+    found = [o for o in objects if o["kind"] == "Job"
+             and o["metadata"]["name"].startswith(WEIGHTS_JOB + "-")]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} {WEIGHTS_JOB} Jobs rendered")
+    return found[0]
 
 
 def render_bundle(d: Deployment, *, backend: str = "inferencepool") -> str:

@@ -258,7 +258,7 @@ def test_route_to_the_inference_pool_or_the_service_fallback(fleet, objects) -> 
 
 
 def test_stage_weights_job_and_restore_share_the_prefix(fleet, objects) -> None:
-    job = one(objects, "Job", fb.WEIGHTS_JOB)["spec"]["template"]["spec"]
+    job = fb.weights_job(objects)["spec"]["template"]["spec"]
     env = {e["name"]: e["value"] for e in job["containers"][0]["env"]}
     assert env["BUCKET"] == fleet.base.weights_bucket
     assert env["HF_TOKEN_PATH"] == CONTAINER_HF_TOKEN_PATH
@@ -275,7 +275,25 @@ def test_hostile_values_are_emitted_as_data(fleet) -> None:
     c = container(objs, "vllm")
     assert c["args"][2] == evil
     assert c["args"] == vllm_command(d)
-    job = one(objs, "Job", fb.WEIGHTS_JOB)["spec"]["template"]["spec"]["containers"][0]
+    job = fb.weights_job(objs)["spec"]["template"]["spec"]["containers"][0]
     assert {e["name"]: e["value"] for e in job["env"]}["MODEL"] == evil
     assert len(objs) == len(fb.render_objects(fleet))
     assert list(yaml.safe_load_all(fb.render_bundle(d))) == objs
+
+
+def test_a_changed_job_gets_a_new_name_an_unchanged_one_keeps_it(fleet) -> None:
+    """A Job's pod template is immutable: the same name with a new template would fail the
+    whole `kubectl apply`, so the name follows the spec."""
+    first = fb.weights_job(fb.render_objects(fleet))
+    assert fb.weights_job(fb.render_objects(fleet))["metadata"] == first["metadata"]
+    other = IMAGE.split("@")[0] + "@sha256:" + "cd" * 32
+    d = fleet.model_copy(update={"vllm": fleet.vllm.model_copy(update={"image": other})})
+    objs = fb.render_objects(d)
+    second = fb.weights_job(objs)
+    assert second["spec"]["template"]["spec"]["containers"][0]["image"] == other
+    assert second["metadata"]["name"] != first["metadata"]["name"]
+    assert second["metadata"]["name"].startswith(fb.WEIGHTS_JOB + "-")
+    # Everything mutable keeps its name: the Deployment rolls in place.
+    assert [o["metadata"]["name"] for o in objs if o["kind"] != "Job"] == [
+        o["metadata"]["name"] for o in fb.render_objects(fleet) if o["kind"] != "Job"]
+    assert second["spec"]["ttlSecondsAfterFinished"] > 0

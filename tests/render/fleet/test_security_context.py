@@ -30,8 +30,10 @@ def containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
 def test_every_pod_and_container_we_render_is_confined(backend, cache) -> None:
     d = fleet_deployment()
     d = d.model_copy(update={"cache": d.cache.model_copy(update={"enabled": cache})})
-    pods = our_pods(fb.render_objects(d, backend=backend))
-    expected = {f"Deployment/{fb.DEPLOYMENT}", f"Job/{fb.WEIGHTS_JOB}"}
+    objects = fb.render_objects(d, backend=backend)
+    pods = our_pods(objects)
+    job = fb.weights_job(objects)["metadata"]["name"]
+    expected = {f"Deployment/{fb.DEPLOYMENT}", f"Job/{job}"}
     if backend == "inferencepool":
         expected.add(f"Deployment/{fb.EPP}")
     assert set(pods) == expected
@@ -59,7 +61,8 @@ def test_capabilities_drop_all_but_vllm_and_nginx_keep_only_what_they_need(objec
 def test_only_the_endpoint_picker_mounts_a_service_account_token(objects) -> None:
     pods = our_pods(objects)
     assert "automountServiceAccountToken" not in pods[f"Deployment/{fb.EPP}"]
-    for name in (f"Deployment/{fb.DEPLOYMENT}", f"Job/{fb.WEIGHTS_JOB}"):
+    job = fb.weights_job(objects)["metadata"]["name"]
+    for name in (f"Deployment/{fb.DEPLOYMENT}", f"Job/{job}"):
         assert pods[name]["automountServiceAccountToken"] is False
 
 
