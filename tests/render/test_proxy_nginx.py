@@ -24,6 +24,7 @@ import pytest
 
 from tests.fakes.vllm_routes import Upstream
 from tests.nginx_support import NGINX
+from tests.ports import free_port
 from tpuserve.render.boot_script import BOOT_HELPER, render_startup
 from tpuserve.render.proxy_conf import ProxyLayout, render_nginx_conf
 from tpuserve.settings import load
@@ -122,12 +123,6 @@ def worker_user() -> str:
         except KeyError:
             continue
     return "nobody"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def layout(base: Path) -> ProxyLayout:

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from tests.fakes.metadata import FakeMetadata, GuestWrite
 from tests.fakes.secretmanager import FakeSecretManager
 from tests.fakes.storage import FakeStorage, StorageCall
 from tests.fakes.tpu_api import FakeTpuApi
+from tests.ports import free_port
 from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render.boot_script import CACHE_OBJECT_PREFIX, render_startup, startup_context
@@ -58,12 +58,6 @@ STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 # attempt costs a process: where calls fail for good, the run goes at a fifth of it.
 FAST = {"TPUSERVE_TIME_SCALE": "0.0002"}
 
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
