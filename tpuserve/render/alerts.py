@@ -137,6 +137,7 @@ def alerts(deployment: str, *, idle_hours: float) -> list[Alert]:
             f"cold boot ({COLD_START_S:.0f} s; a warm one takes {WARM_START_S:.0f} s, SPEC 4): "
             "the node bills and serves nothing.",
             f"{status}; the boot log on the node (`journalctl -u google-startup-scripts`); "
+            "`tpuserve recover STACK` replaces a node that is gone or failed; "
             "`cdktf destroy STACK` stops the billing.",
         ),
         Alert(
