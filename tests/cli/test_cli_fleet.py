@@ -374,6 +374,13 @@ def test_smoke_refuses_a_pin_for_the_fleet(fleet: Fleet) -> None:
     assert_one_line_error(result, "go with --endpoint")
 
 
+def test_recover_refuses_the_fleet_without_a_call(fleet: Fleet) -> None:
+    result = invoke("recover", "fleet", env={"TPUSERVE_DEPLOY_COMMAND": "false"})
+    assert result.exit_code == 2
+    assert_one_line_error(result, "the fleet heals itself", "tpuserve status fleet")
+    assert fleet.kube.requests == [] and fleet.env.tpu.requests == []
+
+
 def test_smoke_without_a_key(fleet: Fleet) -> None:
     fleet.seed(["ready"])
     result = invoke("smoke", "fleet", env={"OPENAI_API_KEY": ""})
