@@ -12,6 +12,7 @@ nginx config through `nginx -t` (Debian's nginx), and one `terraform apply` for 
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import re
 import shutil
@@ -148,14 +149,21 @@ def _outcomes() -> list[tuple[str, str, list[str], dict[str, Deployment]]]:
     return out
 
 
-OUTCOMES = _outcomes()
-ACCEPTED = [(s, v, ds) for s, v, problems, ds in OUTCOMES if not problems]
+@functools.cache
+def outcomes() -> list[tuple[str, str, list[str], dict[str, Deployment]]]:
+    """Computed on first use, not at import: every xdist worker imports this module to collect
+    it, and only the worker that runs these tests should pay the ~1,300 validations."""
+    return _outcomes()
+
+
+def accepted() -> list[tuple[str, str, dict[str, Deployment]]]:
+    return [(s, v, ds) for s, v, problems, ds in outcomes() if not problems]
 
 
 @pytest.mark.parametrize("setting", list(STRING_SETTINGS))
 def test_each_hostile_value_is_refused_naming_the_setting_or_accepted(setting: str) -> None:
     name = setting.removeprefix("stacks.spot.")
-    for s, value, problems, _ in OUTCOMES:
+    for s, value, problems, _ in outcomes():
         if s != setting or not problems:
             continue
         assert all(name in p for p in problems), (value[:80], problems)
@@ -166,9 +174,9 @@ def test_each_hostile_value_is_refused_naming_the_setting_or_accepted(setting: s
 
 def test_every_hostile_value_but_an_empty_parser_is_refused() -> None:
     # TOML has no null: "" is how a parser is switched off, and it reaches no artefact.
-    accepted = sorted((s, v) for s, v, _ in ACCEPTED)
-    assert accepted == [("vllm.reasoning_parser", ""), ("vllm.tool_call_parser", "")]
-    for _, _, ds in ACCEPTED:
+    got = sorted((s, v) for s, v, _ in accepted())
+    assert got == [("vllm.reasoning_parser", ""), ("vllm.tool_call_parser", "")]
+    for _, _, ds in accepted():
         assert "--tool-call-parser" not in vllm_command(ds["spot"]) or (
             "--reasoning-parser" not in vllm_command(ds["spot"]))
 
@@ -189,7 +197,7 @@ BYPASS_SETTINGS = [*BASH_VARS, *ARGV_FLAGS]
 def landed(deployments: dict[str, Deployment]) -> list[tuple[str, str, Deployment]]:
     """(setting, value, deployment) that must land literally: accepted ones and bypassed ones."""
     spot = deployments["spot"]
-    cases = [(s, v, ds["spot"]) for s, v, ds in ACCEPTED if "spot" in ds]
+    cases = [(s, v, ds["spot"]) for s, v, ds in accepted() if "spot" in ds]
     cases += [(setting, value, _bypass(spot, setting, value))
               for setting in BYPASS_SETTINGS for value in BYPASS_VALUES]
     return cases
