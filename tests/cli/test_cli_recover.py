@@ -227,9 +227,9 @@ def test_ctrl_c_stops_the_deployment_gracefully(tmp_path: Path) -> None:
         if msg == "  applying":
             os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, reaching only us
 
-    # Python's own Ctrl-C handler, as in a fresh `tpuserve` process: a handler another test
-    # left behind in this long-lived process (seen twice in 10 serial runs, never alone) must
-    # not swallow the signal.
+    # Python's own Ctrl-C handler, as in a fresh `tpuserve` process: in two serial runs of the
+    # whole suite (never alone, never under xdist) the signal did not interrupt the deployment;
+    # a handler left behind in this long-lived process must not swallow it.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(OpsError) as err:

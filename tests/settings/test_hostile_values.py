@@ -140,20 +140,16 @@ def _directives(conf: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ table 1: the real loader
-def _outcomes() -> list[tuple[str, str, list[str], dict[str, Deployment]]]:
+@functools.cache
+def outcomes() -> list[tuple[str, str, list[str], dict[str, Deployment]]]:
+    """Computed on first use, not at import: every xdist worker imports this module to collect
+    it, and only the worker that runs these tests should pay the ~1,300 validations."""
     out = []
     for setting in STRING_SETTINGS:
         for value in HOSTILE:
             deployments, problems = validate(_raw_with(setting, value))
             out.append((setting, value, problems, deployments))
     return out
-
-
-@functools.cache
-def outcomes() -> list[tuple[str, str, list[str], dict[str, Deployment]]]:
-    """Computed on first use, not at import: every xdist worker imports this module to collect
-    it, and only the worker that runs these tests should pay the ~1,300 validations."""
-    return _outcomes()
 
 
 def accepted() -> list[tuple[str, str, dict[str, Deployment]]]:

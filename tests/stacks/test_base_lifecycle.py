@@ -25,7 +25,8 @@ from tests.fakes.metadata import FakeMetadata
 from tests.fakes.secretmanager import FakeSecretManager
 from tests.fakes.storage import FakeStorage
 from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi
-from tests.render.boot.support import Cloud, free_port
+from tests.ports import free_port
+from tests.render.boot.support import Cloud
 from tests.terraform_support import TERRAFORM, OfflineStack
 from tpuserve.render.boot_script import render_startup
 from tpuserve.settings import Deployment, from_raw, load_raw

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.vllm_routes import Upstream
+from tests.ports import free_port
 from tests.render.test_proxy_nginx import (
     API_KEY,
     NGINX,
     Proxy,
-    free_port,
     layout,
     nginx_argv,
     run_boot_functions,
