@@ -7,6 +7,7 @@ from __future__ import annotations
 import http
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpuserve.gcp.endpoints import TOKEN_ENV
@@ -35,13 +36,16 @@ class ApiError(Exception):
     def __init__(
         self, code: int, status: str, message: str, *, action: str = "", service: str = "",
         hint: str | None = None, token_in_env: bool = False, retry_after: float | None = None,
+        details: ErrorDetails | None = None,
     ) -> None:
         self.code = code
         self.status = status
         self.message = " ".join(message.split())
         self.action = action
         self.service = service
-        self.retry_after = retry_after  # the answer's Retry-After, in seconds
+        self.details = details or ErrorDetails()
+        # The answer's Retry-After header, else its RetryInfo.retryDelay, in seconds.
+        self.retry_after = retry_after if retry_after is not None else self.details.retry_delay
         self.hint = (hint_for(code, status, self.message, service, token_in_env=token_in_env)
                      if hint is None else hint)
         super().__init__(str(self))
@@ -51,28 +55,43 @@ class ApiError(Exception):
         hint = f" -> {self.hint}" if self.hint else ""
         return f"{where}{self.code} {self.status}: {self.message}{hint}"
 
+    @property
+    def reason(self) -> str:
+        """ErrorInfo.reason ("SERVICE_DISABLED", "RATE_LIMIT_EXCEEDED", ...), or ""."""
+        return self.details.reason
+
+    @property
+    def is_rate_limit(self) -> bool:
+        """A 429 that says "slow down", not "no quota": ErrorInfo reason RATE_LIMIT_EXCEEDED
+        or a Retry-After/RetryInfo, and no QuotaFailure detail (a quota refusal stays one)."""
+        if self.code != 429 or self.details.quota_failure:
+            return False
+        return self.details.reason in RATE_LIMIT_REASONS or self.retry_after is not None
+
     @classmethod
     def from_response(cls, resp: requests.Response, *, action: str, service: str,
                       token_in_env: bool = False) -> ApiError:
         code, status, message = resp.status_code, "", ""
+        details = ErrorDetails()
         try:
             err = resp.json().get("error", {})
             if isinstance(err, dict):
                 status, message = str(err.get("status", "")), str(err.get("message", ""))
+                details = ErrorDetails.parse(err.get("details"))
         except (ValueError, AttributeError):
             pass
         return cls.from_parts(
             code, status, message, body=resp.text, reason=resp.reason or "",
             content_type=resp.headers.get("Content-Type", ""), action=action,
             service=service, token_in_env=token_in_env,
-            retry_after=retry_after_seconds(resp.headers.get("Retry-After")),
+            retry_after=retry_after_seconds(resp.headers.get("Retry-After")), details=details,
         )
 
     @classmethod
     def from_parts(
         cls, code: int, status: str, message: str, *, body: str = "", reason: str = "",
         content_type: str = "", action: str, service: str, token_in_env: bool = False,
-        retry_after: float | None = None,
+        retry_after: float | None = None, details: ErrorDetails | None = None,
     ) -> ApiError:
         """From an answer's pieces: the API's JSON status/message when it sent them, else the
         HTTP status and its name (an HTML page from the front end is never shown raw)."""
@@ -86,7 +105,8 @@ class ApiError(Exception):
                 if text:
                     message += " (an error page from Google's front end, not an API answer)"
         return cls(code, status, _strip_urls(message) or "no message", action=action,
-                   service=service, token_in_env=token_in_env, retry_after=retry_after)
+                   service=service, token_in_env=token_in_env, retry_after=retry_after,
+                   details=details)
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any], *, action: str, service: str) -> ApiError:
@@ -95,7 +115,56 @@ class ApiError(Exception):
         return cls(
             GRPC_HTTP.get(grpc, 500), GRPC_STATUS.get(grpc, "UNKNOWN"),
             str(status.get("message", "no message")), action=action, service=service,
+            details=ErrorDetails.parse(status.get("details")),
         )
+
+
+# ErrorInfo reasons that mean "too many requests now" (retry later), as opposed to a quota
+# limit (RESOURCE_EXHAUSTED with a QuotaFailure detail), which a retry does not cure.
+RATE_LIMIT_REASONS = frozenset({"RATE_LIMIT_EXCEEDED"})
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+_QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_DURATION_RE = re.compile(r"(\d+(?:\.\d{1,9})?)s")
+
+
+@dataclass(frozen=True)
+class ErrorDetails:
+    """What a google.rpc.Status's `details` prove, parsed from the documented types only
+    (https://cloud.google.com/apis/design/errors#error_details): anything else, or a
+    malformed entry, proves nothing and is left out."""
+
+    reason: str = ""  # ErrorInfo.reason
+    domain: str = ""  # ErrorInfo.domain
+    metadata: Mapping[str, str] = field(default_factory=dict)  # ErrorInfo.metadata
+    quota_failure: bool = False  # a QuotaFailure detail was present
+    retry_delay: float | None = None  # RetryInfo.retryDelay, seconds
+
+    @classmethod
+    def parse(cls, details: Any) -> ErrorDetails:
+        if not isinstance(details, list):
+            return cls()
+        reason, domain, metadata = "", "", {}
+        quota_failure, retry_delay = False, None
+        for item in details:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("@type")
+            if kind == _ERROR_INFO and not reason:
+                r, dom, meta = item.get("reason"), item.get("domain"), item.get("metadata")
+                if isinstance(r, str):
+                    reason = r
+                    domain = dom if isinstance(dom, str) else ""
+                    if isinstance(meta, dict):
+                        metadata = {k: v for k, v in meta.items()
+                                    if isinstance(k, str) and isinstance(v, str)}
+            elif kind == _QUOTA_FAILURE:
+                quota_failure = True
+            elif kind == _RETRY_INFO:
+                m = _DURATION_RE.fullmatch(str(item.get("retryDelay", "")))
+                if m:
+                    retry_delay = float(m.group(1))
+        return cls(reason, domain, metadata, quota_failure, retry_delay)
 
 
 def _strip_urls(text: str) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuserve.gcp.credentials import credentials
 from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API, api_root
-from tpuserve.gcp.errors import ApiError, CredentialsError
+from tpuserve.gcp.errors import ApiError, CredentialsError, ErrorDetails
 from tpuserve.gcp.retry import RetryPolicy, Transient, call_with_retry, retry_after_seconds
 from tpuserve.gcp.tpu.queued_resources import WaitTimeout
 
@@ -99,6 +99,7 @@ def api_errors(action: str, environ: Mapping[str, str] | None = None) -> Iterato
         code = int(exc.code or 0) if isinstance(exc.code, int) else 0
         status = exc.grpc_status_code.name if exc.grpc_status_code else ""
         message, body, content_type, reason, retry_after = "", "", "", "", None
+        details = ErrorDetails()
         # REST errors carry the API's own JSON: its status and message, never api-core's
         # "GET <url>: ..." rendering; an HTML page from the front end is rendered like the
         # REST path renders it (its HTTP status and name).
@@ -113,6 +114,7 @@ def api_errors(action: str, environ: Mapping[str, str] | None = None) -> Iterato
                 err = response.json().get("error", {})
                 status = str(err.get("status") or "")
                 message = str(err.get("message") or "")
+                details = ErrorDetails.parse(err.get("details"))
             except (AttributeError, ValueError, TypeError):
                 status = ""
         elif exc.message:
@@ -120,6 +122,7 @@ def api_errors(action: str, environ: Mapping[str, str] | None = None) -> Iterato
         raise ApiError.from_parts(
             code, status, message, body=body, reason=reason, content_type=content_type,
             action=action, service="tpu", token_in_env=token_in_env, retry_after=retry_after,
+            details=details,
         ) from None
     except auth_exc.GoogleAuthError as exc:
         if token_in_env:  # a refused bearer token: google-auth cannot refresh it
