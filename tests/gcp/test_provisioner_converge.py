@@ -472,3 +472,20 @@ def test_metadata_that_keeps_changing_is_bounded_and_one_line(api) -> None:
     assert f"node {NODE}: its metadata kept changing while converge patched it (3 rounds" in line
     assert "startup-script" in line and "capacity are kept" in line
     assert len(api.calls("PATCH")) == 3 and not api.calls("DELETE")
+
+
+def test_an_interrupted_recreate_says_the_qr_was_deleted(queued_api: FakeTpuApi,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    api = queued_api
+    _queued(api)
+
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TpuClient, "create_queued_resource", interrupted)
+    code, _, err = run_cli(converge_env(api, generation="gen-1"))
+    assert code == 130
+    assert err.strip().splitlines()[-1] == (
+        f"tpuserve: interrupted; the queued resource {REF.name} (it was WAITING_FOR_RESOURCES, "
+        "no capacity yet) was DELETED to change its metadata, and whether its re-create took "
+        "could not be read: run `cdktf deploy flex`, which adopts the new one or creates it anew")

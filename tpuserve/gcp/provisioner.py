@@ -161,7 +161,10 @@ def converge(
     ACTIVE: the node's metadata is updated in place (nodes.patch), keys that are not ours kept.
     Still queued (CREATING, ACCEPTED, WAITING_FOR_RESOURCES) with other metadata: the QR is
     deleted and created again with `body` (through `create`, as the create step does), which
-    costs its place in the queue only. PROVISIONING: waited out, then as ACTIVE. Dead
+    costs its place in the queue only; a re-create refused as a rate limit is retried (a
+    quota refusal is not), and every failure after the delete says, in its one line, that the
+    QR was deleted and that `cdktf deploy flex` restores it. PROVISIONING: waited out, then as
+    ACTIVE. Dead
     (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe replaces it.
     Missing: QueuedResourceError (Terraform created it first). An unknown state: UnknownState.
     """
@@ -206,6 +209,9 @@ def converge(
         except (ApiError, QueuedResourceError) as exc:
             exc.add_note(_after_delete(client, ref, state))
             raise
+        except KeyboardInterrupt as exc:  # no call now: say what is known
+            exc.add_note(_after_delete(None, ref, state))
+            raise
         return (f"tpuserve: recreated {ref.name} with the new metadata: it was {state} (no "
                 "capacity yet), so it lost only its place in the queue; now "
                 f"{result.queued_resource.state}")
@@ -234,16 +240,20 @@ def _recreate(
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-def _after_delete(client: TpuClient, ref: QueuedResourceRef, state: str) -> str:
+def _after_delete(client: TpuClient | None, ref: QueuedResourceRef, state: str) -> str:
     """What a failure after converge's delete left, in words, and what restores it: the plan's
-    probe finds the QR missing (or adopts the new one) and `cdktf deploy flex` creates it."""
+    probe finds the QR missing (or adopts the new one) and `cdktf deploy flex` creates it.
+    No client: do not look (interrupted)."""
     deleted = (f"the queued resource {ref.name} (it was {state}, no capacity yet) was DELETED "
                "to change its metadata")
+    unknown = (f"{deleted}, and whether its re-create took could not be read: run "
+               f"`{RESTORE_COMMAND}`, which adopts the new one or creates it anew")
+    if client is None:
+        return unknown
     try:
         now = client.get_queued_resource(ref)
     except ApiError:
-        return (f"{deleted}, and whether its re-create took could not be read: run "
-                f"`{RESTORE_COMMAND}`, which adopts the new one or creates it anew")
+        return unknown
     if now is None:
         return (f"{deleted} and is NOT re-created: run `{RESTORE_COMMAND}` to create it anew "
                 "(its place in the queue is lost)")
@@ -513,8 +523,9 @@ def main(
         notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
         print(f"tpuserve: {exc}{notes}", file=err)
         return 1
-    except KeyboardInterrupt:
-        print("tpuserve: interrupted", file=err)
+    except KeyboardInterrupt as exc:
+        notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        print(f"tpuserve: interrupted{notes}", file=err)
         return 130
 
 
