@@ -164,8 +164,8 @@ def converge(
     costs its place in the queue only; a re-create refused as a rate limit is retried (a
     quota refusal is not), and every failure after the delete says, in its one line, that the
     QR was deleted and that `cdktf deploy flex` restores it. PROVISIONING: waited out, then as
-    ACTIVE. Dead
-    (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe replaces it.
+    ACTIVE. Dead (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe
+    replaces it.
     Missing: QueuedResourceError (Terraform created it first). An unknown state: UnknownState.
     """
     desired = body_metadata(body)
