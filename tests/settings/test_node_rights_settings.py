@@ -90,5 +90,11 @@ def test_the_guard_tpu_endpoint_is_a_private_service_connect_root(value: str) ->
 
 def test_the_guard_tpu_endpoint_defaults_to_google_and_takes_a_psc_root() -> None:
     assert ok()["spot"].gcp.tpu_api_endpoint is None
-    d = ok(gcp={"tpu_api_endpoint": "https://tpu-guard.p.googleapis.com"})["spot"]
+    ds = ok(gcp={"tpu_api_endpoint": "https://tpu-guard.p.googleapis.com"})
+    d = ds["spot"]
     assert d.gcp.tpu_api_endpoint == "https://tpu-guard.p.googleapis.com/"
+    # Said at synth: that Cloud Tasks reaches a PSC endpoint is not verified (public IPs only).
+    [warning] = [w for w in deployment_warnings(d) if w.startswith("gcp.tpu_api_endpoint")]
+    assert "public IP address" in warning and "not verified here" in warning
+    assert not any(w.startswith("gcp.tpu_api_endpoint") for w in deployment_warnings(ds["flex"]))
+    assert not any(w.startswith("gcp.tpu_api_endpoint") for w in deployment_warnings(ok()["spot"]))
