@@ -17,6 +17,7 @@ from tpuserve.gcp.billing_guard import (
     ENV_QUEUE,
     ENV_SECONDS,
     ENV_SERVICE_ACCOUNT,
+    ENV_TPU_ENDPOINT,
     guard_target,
 )
 from tpuserve.render.node_metadata import node_metadata
@@ -79,10 +80,16 @@ class TpuVmStack(ServingStack):
             return
         spec = {"node": target.node, "queue": target.queue,
                 "service_account": target.service_account,
-                "max_run_seconds": str(target.max_run_seconds)}
+                "max_run_seconds": str(target.max_run_seconds),
+                # The root the task calls, from [gcp] tpu_api_endpoint (validated): always set,
+                # so no TPUSERVE_GUARD_TPU_ENDPOINT of the deploying shell reaches the task.
+                "tpu_endpoint": target.tpu_endpoint}
         env = {ENV_NODE: tf_ref("self.input.node"), ENV_QUEUE: tf_ref("self.input.queue"),
                ENV_SERVICE_ACCOUNT: tf_ref("self.input.service_account"),
                ENV_SECONDS: tf_ref("self.input.max_run_seconds")}
+        # Disarm builds no task, and a state armed before the endpoint existed has no
+        # input.tpu_endpoint for its destroy provisioner to read.
+        arm_env = {**env, ENV_TPU_ENDPOINT: tf_ref("self.input.tpu_endpoint")}
         arming = DataResource(
             self, "billing_guard",
             # Everything the destroy provisioner needs, since it may only read `self`.
@@ -93,7 +100,7 @@ class TpuVmStack(ServingStack):
             triggers_replace={**spec, "node_id": self.tpu_node.id},
             provisioners=[
                 LocalExecProvisioner(type="local-exec", command=f"{GUARD_CLIENT} arm",
-                                     working_dir=repo_root(), environment=env),
+                                     working_dir=repo_root(), environment=arm_env),
                 LocalExecProvisioner(type="local-exec", when="destroy",
                                      command=f"{GUARD_CLIENT} disarm", working_dir=repo_root(),
                                      environment=env),

@@ -29,7 +29,22 @@ def deployments() -> dict[str, Deployment]:
 
 
 # Secret-looking values placed in the environment during synth: none may reach the output.
-CANARIES = {"HF_TOKEN": "hf_canaryTOKENvalue0123456789", "OPENAI_API_KEY": "sk-canary-apikey-42"}
+CANARIES = {"HF_TOKEN": "hf_canaryTOKENvalue0123456789", "OPENAI_API_KEY": "sk-canary-apikey-42",
+            # The caller's shell (issue 22): none may reach the node's metadata, the flex
+            # body, the fleet's Kubernetes bundle or the billing guard's inputs.
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": "https://canary-tpu-override.invalid/",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": "https://canary-sm.invalid/",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": "https://canary-gcs.invalid/storage/v1/",
+            "GOOGLE_CLOUD_QUOTA_PROJECT": "canary-quota-project",
+            "CLOUDSDK_BILLING_QUOTA_PROJECT": "canary-billing-quota",
+            "HTTPS_PROXY": "http://canary-proxy.invalid:3128",
+            "NO_PROXY": "canary-no-proxy.invalid",
+            "GOOGLE_APPLICATION_CREDENTIALS": "/canary/adc-credentials.json",
+            "CLOUDSDK_AUTH_ACCESS_TOKEN": "ya29.canary-access-token",
+            "TPUSERVE_TIME_SCALE": "0.000317531",
+            "TPUSERVE_ROOT": "/canary/tpuserve-root",
+            "GCE_METADATA_HOST": "canary-metadata.invalid:8080",
+            "TPUSERVE_GUARD_TPU_ENDPOINT": "https://canary-guard.p.googleapis.com/"}
 
 
 def synth(deployments: dict[str, Deployment], outdir: Path) -> dict[str, dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -83,7 +84,12 @@ def test_preempted_spot_node_is_deleted_then_redeployed(cli_env: Env, tasks: Fak
     assert doc["guard"].startswith("billing guard armed: deletes the node at ")
     [task] = tasks.task_names()
     created = cli_env.tpu.nodes[f"projects/{PROJECT}/locations/{ZONE}/nodes/{d.node_name}"].created
-    assert task.endswith(f"/tasks/tpuserve-spot-{int(created)}")
+    assert re.search(rf"/tasks/tpuserve-spot-{int(created)}-[0-9a-f]{{8}}$", task)
+    # The CLI reaches the fake TPU API through the shell's endpoint override; the task that
+    # runs in Google's cloud calls Google's API (issue 22).
+    assert os.environ["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] == cli_env.tpu.url
+    assert tasks.tasks[task].http_request["url"] == (
+        f"https://tpu.googleapis.com/v2/projects/{PROJECT}/locations/{ZONE}/nodes/{d.node_name}")
 
 
 def test_suspended_flex_queued_resource_is_replaced(cli_env: Env,

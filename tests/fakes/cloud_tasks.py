@@ -14,6 +14,10 @@ The queue must exist (`add_queue`, as Terraform would create it): otherwise NOT_
 name stays taken after the task is deleted or has run (the API keeps names for a while):
 ALREADY_EXISTS. `run_due(now)` plays the dispatcher: each task whose scheduleTime has come is
 sent as its HTTP request, with a bearer token standing for its service account, and removed.
+The dispatcher reaches what Google's network would: a task URL under a public root given to
+`route` (https://tpu.googleapis.com/ -> the fake TPU API) is delivered there; a task aimed at
+any other host (a loopback fake, a proxy) is not delivered (status 0), and its token never
+leaves the fake.
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ class FakeCloudTasks:
         self.used_names: set[str] = set()
         self.requests: list[tuple[str, str, Any]] = []
         self.dispatched: list[Dispatch] = []
+        self.routes: dict[str, str] = {}  # public API root -> the local fake serving it
         self._lock = threading.RLock()
         self._server = LoopbackServer(self._locked)
 
@@ -139,6 +144,17 @@ class FakeCloudTasks:
         with self._lock:
             return sorted(self.tasks)
 
+    def route(self, public_root: str, local_root: str) -> None:
+        """Deliver tasks aimed under `public_root` (https://HOST/) to `local_root` instead."""
+        assert re.fullmatch(r"https://[a-z0-9.-]+/", public_root), public_root
+        self.routes[public_root] = local_root if local_root.endswith("/") else local_root + "/"
+
+    def _routed(self, url: str) -> str | None:
+        for public, local in self.routes.items():
+            if url.startswith(public):
+                return local + url[len(public):]
+        return None
+
     def run_due(self, now: float, *, token_for: Callable[[str], str]) -> list[Dispatch]:
         """Send every task whose time has come (as the dispatcher would), then drop it."""
         with self._lock:
@@ -148,13 +164,17 @@ class FakeCloudTasks:
         out = []
         for t in due:
             email = t.http_request["oauthToken"]["serviceAccountEmail"]
-            req = urllib.request.Request(t.http_request["url"], method=t.http_request["httpMethod"],
-                                         headers={"Authorization": f"Bearer {token_for(email)}"})
-            try:
-                with urllib.request.urlopen(req, timeout=10) as resp:
-                    status = resp.status
-            except urllib.error.HTTPError as exc:
-                status = exc.code
+            local = self._routed(t.http_request["url"])
+            status = 0  # no route: Google's network would not reach a test-local host
+            if local is not None:
+                req = urllib.request.Request(
+                    local, method=t.http_request["httpMethod"],
+                    headers={"Authorization": f"Bearer {token_for(email)}"})
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as resp:
+                        status = resp.status
+                except urllib.error.HTTPError as exc:
+                    status = exc.code
             out.append(Dispatch(t.name, t.http_request["httpMethod"], t.http_request["url"],
                                 email, status))
         self.dispatched.extend(out)

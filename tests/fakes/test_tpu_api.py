@@ -166,3 +166,35 @@ def test_a_node_patch_of_a_missing_node_or_a_failed_operation_changes_nothing(ap
     assert op["done"] is True and op["error"]["message"] == "fake: internal error"
     assert api.node_json(QR_ID)["metadata"] == {"startup-script": "old"}
     assert _patch(api, {"metadata": {}}, path=f"v2alpha1/{REF.parent}/nodes/{QR_ID}").ok
+
+
+def test_an_injected_error_has_google_rpc_status_shape_with_details(api) -> None:
+    details = [
+        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
+         "domain": "googleapis.com", "metadata": {"service": "tpu.googleapis.com"}},
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+         "violations": [{"subject": f"project:{PROJECT}", "description": "TPU v5 lite chips"}]},
+    ]
+    api.fail_next(429, "RESOURCE_EXHAUSTED", "Quota exceeded", method="GET", details=details)
+    resp = _get(api, f"v2alpha1/{REF.name}")
+    assert resp.status_code == 429
+    assert resp.json() == {"error": {"code": 429, "message": "Quota exceeded",
+                                     "status": "RESOURCE_EXHAUSTED", "details": details}}
+    from tpuserve.gcp.errors import ApiError
+
+    err = ApiError.from_response(resp, action="get", service="tpu")
+    assert err.reason == "RATE_LIMIT_EXCEEDED" and err.details.quota_failure
+    assert not err.is_rate_limit  # a QuotaFailure makes it quota, whatever the reason says
+
+
+def test_hooks_land_between_a_clients_calls(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script="old"))
+    node = f"{REF.parent}/nodes/{QR_ID}"
+    api.after_next(lambda: api.set_node_metadata(node, {"k": "v"}), method="GET",
+                   path_contains="/nodes/")
+    assert _get(api, f"v2/{node}").json()["metadata"] == {"startup-script": "old"}  # answered
+    assert _get(api, f"v2/{node}").json()["metadata"] == {"k": "v"}  # then the write landed
+    api.on_next_patch_applied(lambda: api.set_node_metadata(node, {"k": "theirs"}))
+    api.patch_reads_until_done = 0
+    assert _patch(api, {"metadata": {"k": "ours"}}).json()["done"] is True
+    assert api.node_json(QR_ID)["metadata"] == {"k": "theirs"}

@@ -136,15 +136,19 @@ class ApiFault(Exception):
     left out when empty, as some front-end answers do), with Retry-After when given."""
 
     def __init__(self, code: int, status: str, message: str, *,
-                 retry_after: str | None = None) -> None:
+                 retry_after: str | None = None,
+                 details: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.code, self.status, self.message = code, status, message
         self.retry_after = retry_after
+        self.details = details  # google.rpc.Status details (ErrorInfo, QuotaFailure, ...)
 
     def response(self) -> Response:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.status:
             error["status"] = self.status
+        if self.details is not None:
+            error["details"] = self.details
         headers = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
         return Response(json.dumps({"error": error}), self.code, headers=headers,
                         mimetype="application/json")
@@ -416,6 +420,8 @@ class FakeTpuApi:
         self._stopping = threading.Event()  # ends a stall early: stop() stays fast
         self._create_errors: list[dict[str, Any]] = []
         self._patch_errors: list[dict[str, Any]] = []
+        self._afters: list[tuple[Fault, Callable[[], None]]] = []
+        self._patch_hooks: list[Callable[[], None]] = []
         # How many reads of a nodes.patch operation answer done=false before it is applied
         # (the change lands when the operation is done, as the real API reports it).
         self.patch_reads_until_done = 1
@@ -548,13 +554,34 @@ class FakeTpuApi:
     def fail_next(
         self, code: int, status: str, message: str, *, method: str | None = None,
         path_contains: str | None = None, times: int = 1, retry_after: str | None = None,
-        skip: int = 0,
+        skip: int = 0, details: list[dict[str, Any]] | None = None,
     ) -> None:
         """The next `times` matching requests (after `skip` answered ones) get this error
         instead of an answer (status "" leaves the JSON's status field out; retry_after adds
-        the Retry-After header)."""
+        the Retry-After header; details are the google.rpc.Status details, e.g. ErrorInfo)."""
         self._queue(Fault("error", method, path_contains, times,
-                          ApiFault(code, status, message, retry_after=retry_after), skip=skip))
+                          ApiFault(code, status, message, retry_after=retry_after,
+                                   details=details), skip=skip))
+
+    def after_next(self, action: Callable[[], None], *, method: str | None = None,
+                   path_contains: str | None = None, skip: int = 0) -> None:
+        """Run `action` (e.g. another client's metadata write) once, right after the next
+        matching request (after `skip` of them) is answered: a change that lands between
+        two of the client's calls."""
+        with self._lock:
+            self._afters.append((Fault("after", method, path_contains, 1, skip=skip), action))
+
+    def on_next_patch_applied(self, action: Callable[[], None]) -> None:
+        """Run `action` once, right after the next nodes.patch lands (its operation is done):
+        another writer's stale read-modify-write landing just after this client's."""
+        with self._lock:
+            self._patch_hooks.append(action)
+
+    def set_node_metadata(self, node: str, metadata: Mapping[str, str]) -> None:
+        """Another client's write of the node's whole metadata map."""
+        with self._lock:
+            record = self._node(node)
+            record.spec = {**record.spec, "metadata": dict(metadata)}
 
     def html_next(self, code: int = 502, *, method: str | None = None,
                   path_contains: str | None = None, times: int = 1) -> None:
@@ -696,6 +723,7 @@ class FakeTpuApi:
         with self._lock:
             response = self._handle(request)
             fault = getattr(response, "fault", None)
+            self._run_afters(request)
         if fault is not None and fault.kind == "drop":
             # Shut, not closed: werkzeug's own writes then fail as a dropped peer, quietly.
             environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
@@ -764,6 +792,16 @@ class FakeTpuApi:
                            f"Method not found: {request.method} {request.path}")
         except ApiFault as fault:
             return fault.response()
+
+    def _run_afters(self, request: Request) -> None:
+        for entry in list(self._afters):
+            match, action = entry
+            if match.matches(request):
+                if match.skip > 0:
+                    match.skip -= 1
+                    continue
+                self._afters.remove(entry)
+                action()
 
     def _take_fault(self, request: Request) -> Fault | None:
         for fault in self._faults:
@@ -994,6 +1032,8 @@ class FakeTpuApi:
                     return False
                 if name in self.nodes:
                     self._apply_patch(self.nodes[name], body, fields)
+                    if self._patch_hooks:
+                        self._patch_hooks.pop(0)()
                 applied.append(True)
             return True
 

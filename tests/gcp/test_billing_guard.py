@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,8 @@ from tpuserve.gcp.billing_guard import (
     ENV_QUEUE,
     ENV_SECONDS,
     ENV_SERVICE_ACCOUNT,
+    ENV_TPU_ENDPOINT,
+    NAME_TRIES,
     CloudTasks,
     GuardError,
     GuardTarget,
@@ -30,7 +33,7 @@ from tpuserve.gcp.billing_guard import (
     guard_target,
     main,
 )
-from tpuserve.gcp.endpoints import TOKEN_ENV
+from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API
 from tpuserve.settings import Deployment
 
 CREATED = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -53,6 +56,9 @@ class Apis:
         self.tpu = FakeTpuApi(token=None, clock=self.clock).start()
         self.tasks = FakeCloudTasks(token=TOKEN, clock=self.clock).start()
         self.tasks.add_queue(d.guard_queue)
+        # Google's network: the production TPU root reaches the fake TPU API, nothing else does.
+        self.tasks.route(TPU_API, self.tpu.url)
+        # The caller's shell points the arming calls at the fakes: the task must not follow.
         self.env = {**self.tasks.environ(), "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.tpu.url,
                     TOKEN_ENV: TOKEN}
         target = guard_target(d)
@@ -97,8 +103,10 @@ def test_the_guard_applies_to_spot_and_ondemand_only(deployments: dict[str, Depl
 def test_the_task_is_a_one_shot_delete_as_the_guard_account(apis: Apis) -> None:
     created = dt.datetime.fromtimestamp(CREATED, dt.UTC)
     task = build_task(apis.target, created)
+    name = task.pop("name")
+    assert re.fullmatch(rf"{apis.d.guard_queue}/tasks/tpuserve-spot-{CREATED}-[0-9a-f]{{8}}",
+                        name)
     assert task == {
-        "name": f"{apis.d.guard_queue}/tasks/tpuserve-spot-{CREATED}",
         "scheduleTime": "2026-01-01T08:00:00Z",
         "httpRequest": {
             "url": "https://tpu.googleapis.com/v2/projects/tpuserve-placeholder/locations/"
@@ -131,7 +139,9 @@ def test_arming_creates_one_task_at_create_time_plus_max_run_and_is_idempotent(
     posts = [r for r in apis.tasks.requests if r[0] == "POST"]
     assert len(posts) == 1
     sent = json.loads(posts[0][2])
-    assert sent["task"]["httpRequest"]["url"] == f"{apis.tpu.url}v2/{apis.d.node_path}"
+    # The arming shell's CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU (the fake) is not the task's.
+    assert apis.env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] == apis.tpu.url
+    assert sent["task"]["httpRequest"]["url"] == f"{TPU_API}v2/{apis.d.node_path}"
 
 
 def test_a_recreated_node_is_re_armed_and_the_old_deadline_removed(apis: Apis) -> None:
@@ -199,3 +209,161 @@ def test_the_entry_point_arms_and_disarms_from_its_environment(apis: Apis) -> No
     missing = {k: v for k, v in env.items() if k != ENV_QUEUE}
     assert main(["arm"], environ=missing, stdout=out, stderr=err) == 2
     assert f"missing {ENV_QUEUE}" in err.getvalue()
+
+
+# ---------------------------------------------------------------- issue 22: the task's target
+# Values of the arming shell that must never reach the task Cloud Tasks runs in Google's cloud.
+HOSTILE_SHELL = {
+    "GOOGLE_CLOUD_QUOTA_PROJECT": "canary-quota-project",
+    "CLOUDSDK_BILLING_QUOTA_PROJECT": "canary-billing-quota",
+    "CLOUDSDK_CORE_PROJECT": "canary-core-project",
+    "HTTPS_PROXY": "http://canary-proxy.invalid:3128",
+    "NO_PROXY": "canary-no-proxy.invalid",
+    "GOOGLE_APPLICATION_CREDENTIALS": "/canary/credentials.json",
+    "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": "https://canary-compute.invalid/",
+    "TPUSERVE_TIME_SCALE": "0.000317",
+}
+
+
+def _guard_env(apis: Apis, **extra: str) -> dict[str, str]:
+    return {**apis.env, ENV_NODE: apis.target.node, ENV_QUEUE: apis.target.queue,
+            ENV_SERVICE_ACCOUNT: apis.target.service_account, ENV_SECONDS: "3600", **extra}
+
+
+def _posted_tasks(apis: Apis) -> list[dict[str, Any]]:
+    return [json.loads(body)["task"] for method, _path, body in apis.tasks.requests
+            if method == "POST"]
+
+
+def test_the_arming_shell_reaches_neither_the_task_nor_its_token(apis: Apis) -> None:
+    apis.seed_node(CREATED)
+    env = _guard_env(apis, **HOSTILE_SHELL)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["arm"], environ=env, stdout=out, stderr=err) == 0, err.getvalue()
+    [task] = _posted_tasks(apis)
+    # The arming calls went to the fakes (the shell's overrides), the task names Google's API.
+    assert env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] == apis.tpu.url and apis.tpu.calls("GET")
+    assert task["httpRequest"] == {
+        "url": f"{TPU_API}v2/{apis.target.node}", "httpMethod": "DELETE",
+        "oauthToken": {"serviceAccountEmail": apis.target.service_account,
+                       "scope": "https://www.googleapis.com/auth/cloud-platform"}}
+    text = json.dumps(task)
+    for value in (*HOSTILE_SHELL.values(), apis.tpu.url, apis.tasks.url, TOKEN):
+        assert value not in text, value
+    # Google's network delivers it to the TPU API: the node is deleted at its deadline.
+    [fired] = apis.tasks.run_due(CREATED + 3600, token_for=lambda _e: "guard-token")
+    assert fired.status == 200 and apis.tpu.nodes[apis.d.node_path].state == "DELETING"
+
+
+def test_a_task_aimed_at_a_host_of_the_callers_shell_never_deletes_the_node(apis: Apis) -> None:
+    """What the old code armed (the task's URL = CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU): Google's
+    dispatcher cannot reach that host, so the node outlives its deadline."""
+    apis.seed_node(CREATED)
+    task = build_task(apis.target, dt.datetime.fromtimestamp(CREATED, dt.UTC))
+    task["httpRequest"]["url"] = f"{apis.tpu.url}v2/{apis.target.node}"
+    CloudTasks(environ=apis.env).create_task(apis.target.queue, task)
+    [fired] = apis.tasks.run_due(CREATED + 8 * 3600, token_for=lambda _e: "guard-token")
+    assert fired.status == 0  # not delivered
+    assert apis.tpu.calls("DELETE") == [] and apis.tpu.nodes[apis.d.node_path].state == "READY"
+
+
+PSC = "https://tpu-guard.p.googleapis.com/"
+
+
+def test_the_task_calls_the_private_service_connect_endpoint_the_stack_names(
+    apis: Apis,
+) -> None:
+    apis.seed_node(CREATED)
+    apis.tasks.route(PSC, apis.tpu.url)
+    env = _guard_env(apis, **{ENV_TPU_ENDPOINT: PSC.rstrip("/")})
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["arm"], environ=env, stdout=out, stderr=err) == 0, err.getvalue()
+    [task] = _posted_tasks(apis)
+    assert task["httpRequest"]["url"] == f"{PSC}v2/{apis.target.node}"
+    [fired] = apis.tasks.run_due(CREATED + 3600, token_for=lambda _e: "guard-token")
+    assert fired.status == 200 and apis.tpu.nodes[apis.d.node_path].state == "DELETING"
+
+
+@pytest.mark.parametrize("value", [
+    "http://tpu-guard.p.googleapis.com/", "https://127.0.0.1:8443/", "https://tpu.example.com/",
+    "https://tpu-guard.p.googleapis.com.evil.example/", "https://tpu-guard.p.googleapis.com/v2/",
+    "https://user@tpu-guard.p.googleapis.com/", "https://tpu-guard.p.googleapis.com:444/",
+])
+def test_a_task_endpoint_that_is_not_google_production_or_psc_is_refused(
+    apis: Apis, value: str,
+) -> None:
+    apis.seed_node(CREATED)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["arm"], environ=_guard_env(apis, **{ENV_TPU_ENDPOINT: value}), stdout=out,
+                stderr=err) == 2
+    [line] = err.getvalue().splitlines()
+    assert f"{ENV_TPU_ENDPOINT} = {value!r}" in line and ".p.googleapis.com" in line
+    assert apis.tasks.requests == []  # refused before any call
+    # Disarm builds no task: it does not read the endpoint at all.
+    assert main(["disarm"], environ=_guard_env(apis, **{ENV_TPU_ENDPOINT: value}), stdout=out,
+                stderr=err) == 0
+
+
+def test_the_setting_reaches_the_target_and_the_target_refuses_other_hosts(
+    deployments: dict[str, Deployment],
+) -> None:
+    d = deployments["spot"]
+    psc = d.model_copy(update={"gcp": d.gcp.model_copy(update={"tpu_api_endpoint": PSC})})
+    target = guard_target(psc)
+    assert target is not None and target.tpu_endpoint == PSC
+    assert guard_target(d).tpu_endpoint == TPU_API  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="billing guard TPU endpoint"):
+        GuardTarget(target.node, target.queue, target.service_account, 60,
+                    "http://127.0.0.1:9/")
+
+
+def test_a_changed_endpoint_or_deadline_re_arms_under_a_new_name(apis: Apis) -> None:
+    """Cloud Tasks keeps a deleted task's name for about an hour: a task that changes must get
+    a new name, or its create is a 409 and the node is left with no (or the old) task."""
+    apis.seed_node(CREATED)
+    first = apis.arm()
+    psc = GuardTarget(apis.target.node, apis.target.queue, apis.target.service_account,
+                      apis.target.max_run_seconds, PSC)
+    moved = arm(psc, tasks=CloudTasks(environ=apis.env),
+                tpu=GoogleApi("tpu", TPU_API, environ=apis.env))
+    assert moved.created and moved.removed == (first.task,) and moved.task != first.task
+    sooner = GuardTarget(psc.node, psc.queue, psc.service_account, 3600, PSC)
+    again = arm(sooner, tasks=CloudTasks(environ=apis.env),
+                tpu=GoogleApi("tpu", TPU_API, environ=apis.env))
+    assert again.created and again.removed == (moved.task,)
+    [name] = apis.tasks.task_names()
+    assert apis.tasks.tasks[name].schedule_time == dt.datetime(2026, 1, 1, 1, tzinfo=dt.UTC)
+
+
+def test_a_task_armed_by_the_old_code_at_the_callers_endpoint_is_replaced(apis: Apis) -> None:
+    apis.seed_node(CREATED)
+    legacy = build_task(apis.target, dt.datetime.fromtimestamp(CREATED, dt.UTC))
+    legacy["name"] = f"{apis.target.queue}/tasks/tpuserve-spot-{CREATED}"  # the old id
+    legacy["httpRequest"]["url"] = f"{apis.tpu.url}v2/{apis.target.node}"
+    CloudTasks(environ=apis.env).create_task(apis.target.queue, legacy)
+    result = apis.arm()
+    assert result.created and result.removed == (legacy["name"],)
+    [name] = apis.tasks.task_names()
+    assert apis.tasks.tasks[name].http_request["url"] == f"{TPU_API}v2/{apis.target.node}"
+
+
+def test_a_task_name_kept_by_cloud_tasks_is_not_taken_for_a_guard(apis: Apis) -> None:
+    """Disarm then arm the same task within the hour (`terraform apply -replace`): the name is
+    refused with 409 and no task is queued. That is not "already armed": a new name is."""
+    apis.seed_node(CREATED)
+    armed = apis.arm()
+    assert disarm(apis.target, tasks=CloudTasks(environ=apis.env)) == [armed.task]
+    again = apis.arm()
+    assert again.created and again.task != armed.task
+    assert apis.tasks.task_names() == [again.task]
+    assert not apis.arm().created  # and that one is found next time
+    for _ in range(NAME_TRIES):  # every name used: one line, never a silent "armed"
+        disarm(apis.target, tasks=CloudTasks(environ=apis.env))
+        try:
+            apis.arm()
+        except GuardError as exc:
+            assert "409 ALREADY_EXISTS" in str(exc) and "WITHOUT its billing guard" in str(exc)
+            break
+    else:
+        pytest.fail("arming never ran out of names")
+    assert apis.tasks.task_names() == []

@@ -298,3 +298,194 @@ def test_as_terraform_runs_it(api) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"tpuserve: node {NODE}: metadata updated in place")
     assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW}
+
+
+# ------------------------------------------------- issue 22: give up nothing, and say so
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
+RATE_LIMITED = [{"@type": ERROR_INFO, "reason": "RATE_LIMIT_EXCEEDED",
+                 "domain": "googleapis.com",
+                 "metadata": {"service": "tpu.googleapis.com", "consumer": f"projects/{PROJECT}"}}]
+OVER_QUOTA = [
+    {"@type": ERROR_INFO, "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",
+     "metadata": {"service": "tpu.googleapis.com", "consumer": f"projects/{PROJECT}"}},
+    {"@type": QUOTA_FAILURE, "violations": [{
+        "subject": f"project:{PROJECT}",
+        "description": "Quota 'TPUV5sLitepodServingPerProjectPerZoneForTPUAPI' exhausted"}]},
+]
+
+
+def _queued(api: FakeTpuApi) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, state="WAITING_FOR_RESOURCES",
+                             body=body(startup_script=OLD), generation="gen-1")
+
+
+def test_a_recreate_refused_for_quota_is_not_retried_and_says_the_qr_is_gone(
+    queued_api: FakeTpuApi,
+) -> None:
+    api = queued_api
+    _queued(api)
+    api.fail_next(429, "RESOURCE_EXHAUSTED", "Quota exceeded for TPU v5 lite chips",
+                  method="POST", details=OVER_QUOTA)
+    code, out, err = run_cli(converge_env(api, generation="gen-1", TPUSERVE_TIME_SCALE="0"))
+    assert code == 1 and out == ""
+    line = one_line(err)
+    assert f"create queued resource {REF.name}: 429 RESOURCE_EXHAUSTED" in line
+    assert (f"the queued resource {REF.name} (it was WAITING_FOR_RESOURCES, no capacity yet) "
+            "was DELETED to change its metadata and is NOT re-created: run `cdktf deploy "
+            "flex` to create it anew") in line
+    assert len(api.calls("POST")) == 1  # a quota refusal is not retried
+    assert api.queued_resource(QR_ID) is None
+
+
+def test_a_recreate_refused_as_a_rate_limit_is_retried(queued_api: FakeTpuApi) -> None:
+    api = queued_api
+    _queued(api)
+    api.fail_next(429, "RESOURCE_EXHAUSTED", "Too many requests", method="POST",
+                  details=RATE_LIMITED, times=2)
+    code, out, err = run_cli(converge_env(api, generation="gen-1", TPUSERVE_TIME_SCALE="0"))
+    assert code == 0, err
+    assert out.startswith(f"tpuserve: recreated {REF.name} with the new metadata")
+    assert len(api.calls("POST")) == 3
+    qr = api.queued_resource(QR_ID)
+    assert qr is not None and qr["tpu"]["nodeSpec"][0]["node"]["metadata"] == {
+        "startup-script": NEW}
+
+
+@pytest.mark.parametrize(("fault", "times", "what"), [
+    ((403, "PERMISSION_DENIED", "Permission 'tpu.queuedResources.create' denied"), 1, "403"),
+    ((400, "INVALID_ARGUMENT", "Invalid value at 'queued_resource'"), 1, "400"),
+    ((429, "RESOURCE_EXHAUSTED", "Too many requests"), 99, "429"),  # the rate limit outlasts
+])
+def test_every_failure_after_the_delete_names_what_was_deleted_and_the_restore(
+    queued_api: FakeTpuApi, fault: tuple[int, str, str], times: int, what: str,
+) -> None:
+    api = queued_api
+    _queued(api)
+    api.fail_next(*fault, method="POST", times=times,
+                  details=RATE_LIMITED if fault[0] == 429 else None)
+    code, _, err = run_cli(converge_env(api, generation="gen-1", TPUSERVE_TIME_SCALE="0"))
+    line = one_line(err)
+    assert code == 1 and f": {what} " in line
+    assert f"{REF.name} (it was WAITING_FOR_RESOURCES, no capacity yet) was DELETED" in line
+    assert "is NOT re-created: run `cdktf deploy flex`" in line
+    assert len(api.calls("POST")) == (5 if fault[0] == 429 else 1)  # RECREATE_TRIES
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_a_recreate_that_was_made_but_failed_later_says_what_exists(
+    queued_api: FakeTpuApi, readable: bool,
+) -> None:
+    api = queued_api
+    _queued(api)
+    client = TpuClient(environ={**api.environ(), "TPUSERVE_TIME_SCALE": "0"}, poll_interval=0)
+
+    def create(b: dict[str, Any], g: str) -> Any:
+        client.create_queued_resource(REF, b)  # made, then the step fails (a lost answer)
+        if not readable:
+            api.fail_next(503, "UNAVAILABLE", "backend", method="GET", times=10**6)
+        raise QueuedResourceError("fake: the create step failed after its POST")
+
+    with pytest.raises(QueuedResourceError) as caught:
+        converge(client, REF, body(startup_script=NEW), "gen-1", timeout=600,
+                 progress=lambda s, e: None, create=create)
+    notes = " ".join(caught.value.__notes__)
+    assert f"{REF.name} (it was WAITING_FOR_RESOURCES, no capacity yet) was DELETED" in notes
+    if readable:
+        assert ("a new one was created and is WAITING_FOR_RESOURCES: run `cdktf deploy flex`, "
+                "which keeps it if it is alive") in notes
+    else:
+        assert "could not be read: run `cdktf deploy flex`, which adopts the new one" in notes
+
+
+def test_one_409_on_the_metadata_patch_is_retried(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.fail_next(409, "ABORTED", "The node is being updated by another operation.",
+                  method="PATCH")
+    code, out, err = run_cli(converge_env(api, TPUSERVE_TIME_SCALE="0"))
+    assert code == 0, err
+    assert "metadata updated in place" in out and len(api.calls("PATCH")) == 2
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW}
+
+
+def test_a_409_that_persists_is_bounded_and_never_says_delete(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.fail_next(409, "ABORTED", "The node is being updated by another operation.",
+                  method="PATCH", times=10**6)
+    code, _, err = run_cli(converge_env(api, TPUSERVE_TIME_SCALE="0"))
+    line = one_line(err)
+    assert code == 1 and f"update the metadata of node {NODE}: 409 ABORTED" in line
+    assert "tried 5 times" in line and "do not delete it: it holds the flex-start capacity" in line
+    assert "delete it first" not in line
+    assert len(api.calls("PATCH")) == 5 and not api.calls("DELETE")
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": OLD}
+
+
+def test_the_generic_409_hints_never_say_delete() -> None:
+    from tpuserve.gcp.errors import hint_for
+
+    for status in ("ALREADY_EXISTS", "ABORTED", ""):
+        assert "delete it" not in hint_for(409, status, "conflict", "tpu")
+
+
+def test_a_key_written_between_converges_read_and_its_patch_is_kept(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    # Another client (gcloud adding an SSH key) writes right after converge's first read.
+    api.after_next(lambda: api.set_node_metadata(NODE, {"startup-script": OLD, "ssh-keys": "u:k"}),
+                   method="GET", path_contains=f"/nodes/{QR_ID}")
+    code, _, err = run_cli(converge_env(api))
+    assert code == 0, err
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW, "ssh-keys": "u:k"}
+
+
+def test_a_stale_write_landing_after_the_patch_is_merged_and_patched_again(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    # Another client's read-modify-write from before our PATCH lands just after it: our key
+    # reverted, theirs added.
+    api.on_next_patch_applied(
+        lambda: api.set_node_metadata(NODE, {"startup-script": OLD, "ssh-keys": "u:k"}))
+    code, out, err = run_cli(converge_env(api))
+    assert code == 0, err
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW, "ssh-keys": "u:k"}
+    assert len(api.calls("PATCH")) == 2 and "metadata updated in place" in out
+
+
+def test_a_key_dropped_by_a_concurrent_write_is_merged_back(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.set_node_metadata(NODE, {"startup-script": OLD, "ssh-keys": "u:k"})
+    api.on_next_patch_applied(lambda: api.set_node_metadata(NODE, {"startup-script": NEW}))
+    assert run_cli(converge_env(api))[0] == 0
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW, "ssh-keys": "u:k"}
+
+
+def test_metadata_that_keeps_changing_is_bounded_and_one_line(api) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+
+    def revert() -> None:  # after every PATCH, another writer puts the old script back
+        api.set_node_metadata(NODE, {"startup-script": OLD})
+        api.on_next_patch_applied(revert)
+
+    api.on_next_patch_applied(revert)
+    code, out, err = run_cli(converge_env(api))
+    line = one_line(err)
+    assert code == 1 and out == ""
+    assert f"node {NODE}: its metadata kept changing while converge patched it (3 rounds" in line
+    assert "startup-script" in line and "capacity are kept" in line
+    assert len(api.calls("PATCH")) == 3 and not api.calls("DELETE")
+
+
+def test_an_interrupted_recreate_says_the_qr_was_deleted(queued_api: FakeTpuApi,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    api = queued_api
+    _queued(api)
+
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TpuClient, "create_queued_resource", interrupted)
+    code, _, err = run_cli(converge_env(api, generation="gen-1"))
+    assert code == 130
+    assert err.strip().splitlines()[-1] == (
+        f"tpuserve: interrupted; the queued resource {REF.name} (it was WAITING_FOR_RESOURCES, "
+        "no capacity yet) was DELETED to change its metadata, and whether its re-create took "
+        "could not be read: run `cdktf deploy flex`, which adopts the new one or creates it anew")

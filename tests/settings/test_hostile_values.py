@@ -49,6 +49,7 @@ STRING_SETTINGS: dict[str, tuple[str, ...]] = {
     "gcp.project": ("gcp", "project"),
     "gcp.zone": ("gcp", "zone"),
     "gcp.network": ("gcp", "network"),
+    "gcp.tpu_api_endpoint": ("gcp", "tpu_api_endpoint"),
     "tpu.accelerator_type": ("tpu", "accelerator_type"),
     "tpu.runtime_version": ("tpu", "runtime_version"),
     "vllm.model": ("vllm", "model"),

@@ -73,3 +73,28 @@ def test_the_default_network_warns_by_name_or_by_path() -> None:
         raw["gcp"] = {**raw.get("gcp", {}), "network": network}
         d = from_raw(raw).deployments["spot"]
         assert any("default" in w and "0.0.0.0/0" in w for w in deployment_warnings(d)), network
+
+
+@pytest.mark.parametrize("value", [
+    "http://tpu-guard.p.googleapis.com/", "https://tpu.googleapis.com/", "https://p.googleapis.com/",
+    "https://tpu-guard.p.googleapis.com.evil.example/", "https://127.0.0.1:8443/",
+    "https://tpu-guard.p.googleapis.com:8443/", "https://u@tpu-guard.p.googleapis.com/",
+    "https://tpu-guard.p.googleapis.com/v2/", "https://TPU-guard.p.googleapis.com/",
+    "https://tpu-guard.p.googleapis.com/?x=1", "tpu-guard.p.googleapis.com", "",
+])
+def test_the_guard_tpu_endpoint_is_a_private_service_connect_root(value: str) -> None:
+    [msg] = problems(gcp={"tpu_api_endpoint": value})
+    assert f"gcp.tpu_api_endpoint = {value!r}" in msg and "\n" not in msg
+    assert "https://NAME.p.googleapis.com/" in msg and "unset" in msg
+
+
+def test_the_guard_tpu_endpoint_defaults_to_google_and_takes_a_psc_root() -> None:
+    assert ok()["spot"].gcp.tpu_api_endpoint is None
+    ds = ok(gcp={"tpu_api_endpoint": "https://tpu-guard.p.googleapis.com"})
+    d = ds["spot"]
+    assert d.gcp.tpu_api_endpoint == "https://tpu-guard.p.googleapis.com/"
+    # Said at synth: that Cloud Tasks reaches a PSC endpoint is not verified (public IPs only).
+    [warning] = [w for w in deployment_warnings(d) if w.startswith("gcp.tpu_api_endpoint")]
+    assert "public IP address" in warning and "not verified here" in warning
+    assert not any(w.startswith("gcp.tpu_api_endpoint") for w in deployment_warnings(ds["flex"]))
+    assert not any(w.startswith("gcp.tpu_api_endpoint") for w in deployment_warnings(ok()["spot"]))

@@ -352,3 +352,99 @@ def test_the_probe_runs_with_nothing_on_path(flex, api, tmp_path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "generation" in json.loads(done.stdout)
+
+
+# ------------------------------------------- issue 22: converge gives up nothing silently
+def with_new_script(doc: dict[str, Any], tag: str) -> dict[str, Any]:
+    """The flex stack as synthesized with another boot script (metadata only): both bodies
+    and node_metadata's trigger change, the queued resource's spec_sha256 does not."""
+    out = copy.deepcopy(doc)
+    data = out["resource"]["terraform_data"]
+    for name in ("queued_resource", "node_metadata"):
+        meta = data[name]["input"]["body"]["tpu"]["nodeSpec"][0]["node"]["metadata"]
+        meta["startup-script"] += f"\n# {tag}\n"
+    body = untemplate_all(data["node_metadata"]["input"]["body"])
+    data["node_metadata"]["triggers_replace"]["metadata_sha256"] = metadata_sha256(body)
+    assert data["queued_resource"]["triggers_replace"] == doc["resource"]["terraform_data"][
+        "queued_resource"]["triggers_replace"]
+    return out
+
+
+class FlexTerraform(Terraform):
+    """The queued resource AND its node_metadata step, as synthesized."""
+
+    def use(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+        data = copy.deepcopy(doc["resource"]["terraform_data"])
+        qr, meta = data["queued_resource"], data["node_metadata"]
+        for resource in (qr, meta):
+            resource.pop("//", None)
+        qr.pop("depends_on")  # google-beta resources: not part of this offline run
+        qr["triggers_replace"]["generation"] = "${var.qr_generation}"
+        assert meta["input"]["generation"] == PROBE_REF
+        meta["input"]["generation"] = "${var.qr_generation}"
+        config = {"variable": {"qr_generation": {"type": "string"}},
+                  "resource": {"terraform_data": {"queued_resource": qr, "node_metadata": meta}}}
+        (self.dir / "main.tf.json").write_text(json.dumps(config, indent=1))
+
+
+def said(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [ln.split("(local-exec): ", 1)[1] for ln in done.stdout.splitlines()
+            if "(local-exec): tpuserve: " in ln]
+
+
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+RATE_LIMITED = [{"@type": ERROR_INFO, "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",
+                 "metadata": {"service": "tpu.googleapis.com"}}]
+OVER_QUOTA = [*RATE_LIMITED, {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                              "violations": [{"subject": "project:tpuserve-placeholder",
+                                              "description": "TPU v5 lite chips"}]}]
+
+
+@pytest.mark.skipif(TERRAFORM is None, reason="the terraform CLI is not installed; this test "
+                    "applies the flex stack's queued-resource part with it")
+def test_a_queued_qr_re_created_by_converge_is_retried_or_restored_by_the_next_deploy(
+    flex, tmp_path,
+) -> None:
+    _, base = flex["base"]
+    # A QR that waits for resources for ever: converge deletes and re-creates it.
+    with FakeTpuApi(durations={"CREATING": 0, "ACCEPTED": 0, "DELETING": 0}) as api:
+        tf = FlexTerraform(tmp_path, api)
+        tf.use(base)
+        tf.run("init", "-input=false")
+        gen1, _ = tf.apply()
+        assert api.state_of(QR) == "WAITING_FOR_RESOURCES"
+
+        # 1. new metadata; the re-create is throttled once (a rate limit): retried, applied.
+        tf.use(with_new_script(base, "one"))
+        api.fail_next(429, "RESOURCE_EXHAUSTED", "Too many requests", method="POST",
+                      details=RATE_LIMITED, retry_after="1")
+        gen, done = tf.apply()
+        assert gen == gen1
+        assert any(line.startswith(f"tpuserve: recreated {QR} with the new metadata")
+                   for line in said(done))
+        assert writes(api)[1:] == ["DELETE", "POST", "POST"]
+
+        # 2. new metadata again; the re-create is refused for quota: not retried, and the one
+        # line says the QR is gone and what brings it back.
+        tf.use(with_new_script(base, "two"))
+        api.fail_next(429, "RESOURCE_EXHAUSTED", "Quota exceeded", method="POST",
+                      details=OVER_QUOTA)
+        _, done = tf.apply(ok=False)
+        assert done.returncode != 0 and api.state_of(QR) is None
+        [line] = [ln for ln in said(done) if "429" in ln]
+        assert (f"the queued resource {QR} (it was WAITING_FOR_RESOURCES, no capacity yet) was "
+                "DELETED to change its metadata and is NOT re-created: run `cdktf deploy flex`"
+                ) in line
+        assert writes(api)[4:] == ["DELETE", "POST"]
+
+        # 3. what the line says restores it: the next deploy (probe + apply) creates the QR
+        # anew with the new metadata, and converge then finds nothing to change.
+        gen3, done = tf.apply()
+        assert gen3 != gen1
+        assert f"tpuserve: created {QR}" in done.stdout
+        assert any(ln.endswith("metadata unchanged (its node will boot with it)")
+                   for ln in said(done))
+        qr = api.queued_resource(QR)
+        assert qr is not None and qr["tpu"]["nodeSpec"][0]["node"]["metadata"][
+            "startup-script"].endswith("\n# two\n")

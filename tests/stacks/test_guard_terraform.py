@@ -14,6 +14,7 @@ import copy
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,8 @@ import pytest
 
 from tests.fakes.cloud_tasks import FakeCloudTasks
 from tests.fakes.tpu_api import FakeTpuApi
-from tpuserve.gcp.endpoints import TOKEN_ENV
+from tpuserve.gcp.billing_guard import ENV_TPU_ENDPOINT
+from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API
 from tpuserve.settings import Deployment
 
 TERRAFORM = shutil.which("terraform")
@@ -96,8 +98,11 @@ def test_terraform_arms_re_arms_and_disarms_the_guard(synthesized, deployments, 
                                                       tmp_path: Path) -> None:
     tpu, tasks, clock = fakes
     d = deployments["spot"]
+    # The deploying shell points the arming calls at the fakes and carries a hostile task
+    # endpoint of its own: neither may reach the task (issue 22).
     tf = Terraform(tmp_path, {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu.url,
-                              **tasks.environ(), TOKEN_ENV: "tf-token"})
+                              **tasks.environ(), TOKEN_ENV: "tf-token",
+                              ENV_TPU_ENDPOINT: "https://evil.p.googleapis.com/"})
     tf.use(synthesized["spot"])
     tf.run("init", "-input=false")
 
@@ -107,8 +112,9 @@ def test_terraform_arms_re_arms_and_disarms_the_guard(synthesized, deployments, 
     out = tf.run("apply", "-auto-approve", "-var=node_generation=1")
     assert "billing guard armed: deletes the node at 2026-01-01T08:00:00Z" in out
     [task] = tasks.task_names()
-    assert task == f"{d.guard_queue}/tasks/tpuserve-spot-{T0}"
+    assert re.fullmatch(rf"{d.guard_queue}/tasks/tpuserve-spot-{T0}-[0-9a-f]{{8}}", task)
     assert tasks.tasks[task].schedule_time == dt.datetime(2026, 1, 1, 8, tzinfo=dt.UTC)
+    assert tasks.tasks[task].http_request["url"] == f"{TPU_API}v2/{d.node_path}"
 
     # 2. nothing changed: the plan is empty (no timestamp in Terraform) and nothing is called.
     assert "No changes." in tf.run("plan", "-var=node_generation=1")
@@ -123,7 +129,8 @@ def test_terraform_arms_re_arms_and_disarms_the_guard(synthesized, deployments, 
     out = tf.run("apply", "-auto-approve", "-var=node_generation=2")
     assert "billing guard disarmed (1 task(s) deleted)" in out
     assert "deletes the node at 2026-01-01T10:00:00Z" in out
-    assert tasks.task_names() == [f"{d.guard_queue}/tasks/tpuserve-spot-{T0 + 7200}"]
+    [task] = tasks.task_names()
+    assert re.fullmatch(rf"{d.guard_queue}/tasks/tpuserve-spot-{T0 + 7200}-[0-9a-f]{{8}}", task)
     assert _writes(tasks) == ["POST", "DELETE", "POST"]
 
     # 4. destroy: disarmed, nothing left in the queue or the state.
@@ -133,3 +140,39 @@ def test_terraform_arms_re_arms_and_disarms_the_guard(synthesized, deployments, 
     assert tf.run("state", "list").strip() == ""
     # The provisioners called the node only to read it: deleting it is the task's job.
     assert tpu.calls("DELETE") == []
+
+
+@pytest.mark.skipif(TERRAFORM is None, reason="the terraform CLI is not installed; this test "
+                    "applies the spot stack's billing-guard resource with it")
+def test_a_guard_armed_by_the_previous_stack_is_re_armed_at_googles_endpoint(
+    synthesized, deployments, fakes, tmp_path: Path,
+) -> None:
+    """State from before issue 22 (no input.tpu_endpoint; its task aimed at the shell's
+    override): the next apply replaces the resource, its destroy step disarms from the old
+    state, and the new task calls Google's API; Google's network then deletes the node."""
+    tpu, tasks, clock = fakes
+    d = deployments["spot"]
+    tf = Terraform(tmp_path, {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu.url,
+                              **tasks.environ(), TOKEN_ENV: "tf-token"})
+    old = copy.deepcopy(synthesized["spot"])
+    guard = old["resource"]["terraform_data"]["billing_guard"]
+    for block in (guard["input"], guard["triggers_replace"]):
+        del block["tpu_endpoint"]
+    arm_step = guard["provisioner"][0]["local-exec"]
+    del arm_step["environment"][ENV_TPU_ENDPOINT]
+    tf.use(old)
+    tf.run("init", "-input=false")
+    tpu.seed_node(d.gcp.project, d.gcp.zone, d.node_name)
+    clock.t = T0 + 60
+    tf.run("apply", "-auto-approve", "-var=node_generation=1")
+    [first] = tasks.task_names()
+
+    tf.use(synthesized["spot"])
+    out = tf.run("apply", "-auto-approve", "-var=node_generation=1")
+    assert "billing guard disarmed (1 task(s) deleted)" in out
+    [task] = tasks.task_names()
+    assert task != first
+    assert tasks.tasks[task].http_request["url"] == f"{TPU_API}v2/{d.node_path}"
+    tasks.route(TPU_API, tpu.url)
+    [fired] = tasks.run_due(T0 + 8 * 3600, token_for=lambda _email: "tf-token")
+    assert fired.status == 200 and tpu.nodes[d.node_path].state == "DELETING"

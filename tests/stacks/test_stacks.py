@@ -287,6 +287,8 @@ def test_the_billing_guard_is_a_cloud_tasks_task_armed_after_the_node(synthesize
         "queue": "projects/tpuserve-placeholder/locations/us-west4/queues/tpuserve-guard",
         "service_account": "tpuserve-guard@tpuserve-placeholder.iam.gserviceaccount.com",
         "max_run_seconds": "28800",
+        # The task's target: [gcp] tpu_api_endpoint, unset: Google's (issue 22).
+        "tpu_endpoint": "https://tpu.googleapis.com/",
     }
     # A new node (unknown id at plan) re-arms; an unchanged stack plans nothing (no timestamp).
     assert arming["triggers_replace"] == {**arming["input"],
@@ -297,6 +299,12 @@ def test_the_billing_guard_is_a_cloud_tasks_task_armed_after_the_node(synthesize
     assert destroy["local-exec"]["command"].endswith("-m tpuserve.billing_guard disarm")
     assert destroy["local-exec"]["when"] == "destroy"
     assert arming["depends_on"] == ["google_tpu_v2_vm.tpu_node"]
+    # Arm always gets the endpoint from the validated input, so the deploying shell's
+    # TPUSERVE_GUARD_TPU_ENDPOINT never reaches the task; disarm builds no task and does not
+    # read it (a state armed before it existed has no input.tpu_endpoint).
+    assert create["local-exec"]["environment"]["TPUSERVE_GUARD_TPU_ENDPOINT"] == (
+        "${self.input.tpu_endpoint}")
+    assert "TPUSERVE_GUARD_TPU_ENDPOINT" not in destroy["local-exec"]["environment"]
 
 
 def test_flex_has_no_billing_guard(synthesized) -> None:

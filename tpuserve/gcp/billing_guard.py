@@ -2,9 +2,19 @@
 
 The task deletes the node through the TPU API at `createTime + max_run_hours`, with an OAuth
 token of the guard service account (stacks/guard.py says why this design). Arming is
-idempotent and keyed on the live node: the task id is `<node>-<createTime epoch>`, so arming
-the same node twice is a no-op, and a node recreated under the same name gets a new task while
-the old node's task is deleted (it would otherwise delete the new node at the old deadline).
+idempotent and keyed on the live node and on the task itself: the task id is
+`<node>-<createTime epoch>-<digest of the task's deadline and request>`, so arming the same
+node twice is a no-op, while a node recreated under the same name, a new max run or a new
+endpoint gets a new task and the node's other tasks are deleted (an old node's task would
+delete the new node at the old deadline). A new task needs a new name: Cloud Tasks keeps a
+deleted or run task's name for about an hour.
+
+The task calls `https://tpu.googleapis.com/`, or the Private Service Connect endpoint of
+`[gcp] tpu_api_endpoint` (TPUSERVE_GUARD_TPU_ENDPOINT, set by the stack from the validated
+setting): never an endpoint override of the arming shell. The task runs in Google's cloud and
+Cloud Tasks sends the guard account's token with it, so a host inherited from the caller (a
+fake, a proxy) would get the token and never delete the node (issue 22). The arming calls
+themselves (read the node, create the task) are the caller's and follow its overrides.
 
 Used by the TPU VM stacks' `terraform_data.billing_guard` provisioners
 (`python -m tpuserve.billing_guard arm|disarm`, inputs in TPUSERVE_GUARD_* variables) and by
@@ -15,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
+import json
 import os
 import re
 import sys
@@ -24,7 +36,7 @@ from typing import IO, Any
 
 from tpuserve.facts import CLOUD_PLATFORM_SCOPE
 from tpuserve.gcp.api import GoogleApi
-from tpuserve.gcp.endpoints import TPU_API
+from tpuserve.gcp.endpoints import TPU_API, guard_task_root
 from tpuserve.gcp.errors import ApiError
 
 CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
@@ -36,6 +48,14 @@ ENV_NODE = "TPUSERVE_GUARD_NODE"  # projects/P/locations/Z/nodes/N
 ENV_QUEUE = "TPUSERVE_GUARD_QUEUE"  # projects/P/locations/R/queues/Q
 ENV_SERVICE_ACCOUNT = "TPUSERVE_GUARD_SERVICE_ACCOUNT"  # the guard's email
 ENV_SECONDS = "TPUSERVE_GUARD_MAX_RUN_SECONDS"
+# The root the task calls (the stack sets it from [gcp] tpu_api_endpoint); unset: production.
+ENV_TPU_ENDPOINT = "TPUSERVE_GUARD_TPU_ENDPOINT"
+# What follows `<node>-` in a guard task's id: the createTime epoch, then (since issue 22) an
+# 8-hex digest of the task; ids of either form are this node's tasks.
+_TASK_SUFFIX_RE = re.compile(r"\d+(?:-[0-9a-f]{8})?")
+# Names tried for one task: a name Cloud Tasks still keeps (deleted or run within the hour)
+# is refused with 409, so the same task is named anew (a salt in its digest).
+NAME_TRIES = 4
 
 _NODE_RE = re.compile(r"projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/locations/([a-z0-9-]+)/nodes/"
                       r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)")
@@ -57,8 +77,12 @@ class GuardTarget:
     queue: str
     service_account: str
     max_run_seconds: int
+    tpu_endpoint: str = TPU_API  # the root the task calls: production or a PSC endpoint
 
     def __post_init__(self) -> None:
+        if guard_task_root("billing guard TPU endpoint", self.tpu_endpoint) != self.tpu_endpoint:
+            raise ValueError(f"billing guard TPU endpoint {self.tpu_endpoint!r}: write it as "
+                             "https://HOST/")
         for what, value, rule in (("node", self.node, _NODE_RE), ("queue", self.queue, _QUEUE_RE),
                                   ("service account", self.service_account, _EMAIL_RE)):
             if not rule.fullmatch(value):
@@ -80,7 +104,8 @@ def guard_target(d: Any) -> GuardTarget | None:
     if not d.has_billing_guard:
         return None
     return GuardTarget(d.node_path, d.guard_queue, d.guard_service_account_email,
-                       guard_seconds(d.stack.max_run_hours))
+                       guard_seconds(d.stack.max_run_hours),
+                       guard_task_root("gcp.tpu_api_endpoint", d.gcp.tpu_api_endpoint))
 
 
 def guard_seconds(max_run_hours: float) -> int:
@@ -101,19 +126,19 @@ def parse_time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(m.group(1) + zone)
 
 
-def task_id(node_id: str, created: dt.datetime) -> str:
-    return f"{node_id}-{int(created.timestamp())}"
+def task_id(node_id: str, created: dt.datetime, digest: str) -> str:
+    return f"{node_id}-{int(created.timestamp())}-{digest}"
 
 
-def build_task(target: GuardTarget, created: dt.datetime, *, tpu_root: str = TPU_API,
-               ) -> dict[str, Any]:
-    """The Cloud Tasks `Task` (v2 REST shape) that deletes the node at its deadline. Pure."""
+def build_task(target: GuardTarget, created: dt.datetime, salt: int = 0) -> dict[str, Any]:
+    """The Cloud Tasks `Task` (v2 REST shape) that deletes the node at its deadline. Pure:
+    nothing in it comes from the environment (the URL is the target's tpu_endpoint). `salt`
+    names the same task anew when Cloud Tasks still keeps the name (see arm)."""
     deadline = created + dt.timedelta(seconds=target.max_run_seconds)
-    return {
-        "name": f"{target.queue}/tasks/{task_id(target.node_id, created)}",
+    content = {
         "scheduleTime": rfc3339(deadline),
         "httpRequest": {
-            "url": f"{tpu_root}v2/{target.node}",
+            "url": f"{target.tpu_endpoint}v2/{target.node}",
             "httpMethod": "DELETE",
             "oauthToken": {
                 "serviceAccountEmail": target.service_account,
@@ -121,6 +146,10 @@ def build_task(target: GuardTarget, created: dt.datetime, *, tpu_root: str = TPU
             },
         },
     }
+    keyed = {**content, "salt": salt} if salt else content
+    digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:8]
+    return {"name": f"{target.queue}/tasks/{task_id(target.node_id, created, digest)}",
+            **content}
 
 
 class CloudTasks(GoogleApi):
@@ -177,7 +206,7 @@ def _node_tasks(tasks: CloudTasks, target: GuardTarget) -> list[str]:
     prefix = f"{target.queue}/tasks/{target.node_id}-"
     return [str(t["name"]) for t in tasks.list_tasks(target.queue)
             if str(t.get("name", "")).startswith(prefix)
-            and str(t["name"])[len(prefix):].isdigit()]
+            and _TASK_SUFFIX_RE.fullmatch(str(t["name"])[len(prefix):])]
 
 
 def arm(target: GuardTarget, *, tasks: CloudTasks, tpu: GoogleApi) -> ArmResult:
@@ -188,18 +217,15 @@ def arm(target: GuardTarget, *, tasks: CloudTasks, tpu: GoogleApi) -> ArmResult:
             f"node {target.node} does not exist: nothing to guard (deploy the stack first)"
         )
     created = parse_time(str(data.get("createTime", "")))
-    task = build_task(target, created, tpu_root=tpu.root)  # the API the task will call
+    # never tpu.root: that is the caller's endpoint, not one Google's network reaches
+    candidates = [build_task(target, created, salt) for salt in range(NAME_TRIES)]
     removed = []
     try:
         existing = _node_tasks(tasks, target)
-        made = task["name"] not in existing
-        if made:
-            try:
-                tasks.create_task(target.queue, task)
-            except ApiError as exc:
-                if exc.code != 409:
-                    raise
-                made = False  # created meanwhile (or already run): that node is guarded
+        task = next((t for t in candidates if t["name"] in existing), None)
+        made = task is None
+        if task is None:
+            task = _create_unused(tasks, target, candidates)
         # Only once the new deadline is in place: a failure never leaves the node unguarded.
         for name in existing:
             if name != task["name"]:
@@ -215,6 +241,27 @@ def arm(target: GuardTarget, *, tasks: CloudTasks, tpu: GoogleApi) -> ArmResult:
         raise
     deadline = created + dt.timedelta(seconds=target.max_run_seconds)
     return ArmResult(str(task["name"]), deadline, made, tuple(removed))
+
+
+def _create_unused(tasks: CloudTasks, target: GuardTarget,
+                   candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """Create the first candidate whose name Cloud Tasks accepts. A 409 means the task was
+    created meanwhile (queued: the node is guarded) or deleted or run within the hour (Cloud
+    Tasks keeps the name, and nothing guards the node): then the next name."""
+    for task in candidates:
+        try:
+            tasks.create_task(target.queue, task)
+            return task
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+        if task["name"] in _node_tasks(tasks, target):
+            return task
+    raise GuardError(
+        f"Cloud Tasks refused {len(candidates)} names for the task (409 ALREADY_EXISTS, none "
+        "queued: it keeps a deleted or run task's name for about an hour), and the node runs "
+        "WITHOUT its billing guard; re-arm later, or delete the node when done"
+    )
 
 
 def disarm(target: GuardTarget, *, tasks: CloudTasks) -> list[str]:
@@ -250,7 +297,10 @@ class GuardApi:
 # ----------------------------------------------------------------------------- entry point
 
 
-def target_from_env(environ: Mapping[str, str]) -> GuardTarget:
+def target_from_env(environ: Mapping[str, str], *, endpoint: bool = True) -> GuardTarget:
+    """The target the stack's provisioner describes in TPUSERVE_GUARD_*. The task's endpoint
+    comes from ENV_TPU_ENDPOINT only (unset: production), never from an endpoint override;
+    `endpoint=False` (disarm, which builds no task) does not read it."""
     missing = [v for v in (ENV_NODE, ENV_QUEUE, ENV_SERVICE_ACCOUNT, ENV_SECONDS)
                if not environ.get(v)]
     if missing:
@@ -258,8 +308,10 @@ def target_from_env(environ: Mapping[str, str]) -> GuardTarget:
     raw = environ[ENV_SECONDS]
     if not raw.isdigit():
         raise ValueError(f"{ENV_SECONDS} = {raw!r}: whole seconds")
+    root = guard_task_root(ENV_TPU_ENDPOINT,
+                           (environ.get(ENV_TPU_ENDPOINT) or None) if endpoint else None)
     return GuardTarget(environ[ENV_NODE], environ[ENV_QUEUE], environ[ENV_SERVICE_ACCOUNT],
-                       int(raw))
+                       int(raw), root)
 
 
 def main(argv: list[str] | None = None, *, environ: Mapping[str, str] | None = None,
@@ -270,12 +322,12 @@ def main(argv: list[str] | None = None, *, environ: Mapping[str, str] | None = N
         prog="python -m tpuserve.billing_guard",
         description="Arm or disarm a TPU node's billing guard (a Cloud Tasks task); used by "
                     f"the spot and on-demand stacks. Inputs: ${ENV_NODE}, ${ENV_QUEUE}, "
-                    f"${ENV_SERVICE_ACCOUNT}, ${ENV_SECONDS}.",
+                    f"${ENV_SERVICE_ACCOUNT}, ${ENV_SECONDS}, ${ENV_TPU_ENDPOINT} (optional).",
     )
     parser.add_argument("command", choices=("arm", "disarm"))
     args = parser.parse_args(argv)
     try:
-        target = target_from_env(env)
+        target = target_from_env(env, endpoint=args.command == "arm")
         tasks = CloudTasks(environ=env)
         if args.command == "arm":
             tpu = GoogleApi("tpu", TPU_API, environ=env)

@@ -34,3 +34,34 @@ def api_root(service: str, default: str, environ: Mapping[str, str] | None = Non
 # as the boot script's lib.sh reads it); STORAGE_API above is the bare host.
 STORAGE_JSON_API = "https://storage.googleapis.com/storage/v1/"
 IAM_API = "https://iam.googleapis.com/"  # override: CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM
+
+# A Private Service Connect endpoint for Google APIs is named SERVICE-ENDPOINT.p.googleapis.com
+# (cloud.google.com/vpc/docs/about-accessing-google-apis-endpoints): lowercase DNS labels, then
+# `.p.googleapis.com`; the root is the bare host, over HTTPS on its default port.
+_PSC_ROOT_RE = re.compile(
+    r"https://((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+p\.googleapis\.com)/?"
+)
+PSC_RULE = (
+    "must be the https:// root of a Private Service Connect endpoint for Google APIs, "
+    "https://NAME.p.googleapis.com/ (lowercase DNS labels; no port, path, query or user: Google "
+    "names these endpoints SERVICE-ENDPOINT.p.googleapis.com, "
+    "cloud.google.com/vpc/docs/about-accessing-google-apis-endpoints); unset, the billing "
+    f"guard's task calls {TPU_API}"
+)
+
+
+def psc_root(setting: str, value: str) -> str:
+    """`value` as an API root ending in '/' when it is a PSC endpoint's; else a ValueError
+    naming the setting, the value and the rule (one line)."""
+    m = _PSC_ROOT_RE.fullmatch(value)
+    if m is None or len(m.group(1)) > 253:
+        shown = repr(value) if len(value) <= 80 else f"{value[:80]!r}... ({len(value)} characters)"
+        raise ValueError(f"{setting} = {shown}: {PSC_RULE}")
+    return f"https://{m.group(1)}/"
+
+
+def guard_task_root(setting: str, value: str | None) -> str:
+    """Where a billing-guard task calls the TPU API: Google's production root, or a PSC
+    endpoint. Never an endpoint override: the task runs in Google's cloud with the guard
+    account's token, so a host of the caller's shell would get the token and not the delete."""
+    return TPU_API if value in (None, TPU_API) else psc_root(setting, str(value))

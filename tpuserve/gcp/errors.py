@@ -217,8 +217,13 @@ def hint_for(code: int, status: str, message: str, service: str = "", *,
                 f"that {api} is enabled: gcloud services enable {api}")
     if code == 404 or status == "NOT_FOUND":
         return "it does not exist (any more): check gcp.project, gcp.zone and the name"
-    if code == 409 or status in ("ALREADY_EXISTS", "ABORTED"):
-        return "a resource with this name exists or is changing: wait, or delete it first"
+    # Never "delete it": the resource may be a node or queued resource holding capacity.
+    if status == "ALREADY_EXISTS":
+        return ("a resource with this name exists already, or its name is still held after a "
+                "delete: look at what holds the name before changing anything")
+    if code == 409 or status == "ABORTED":
+        return ("another operation is changing the resource: wait until it finishes, then "
+                "retry")
     if code == 429 or status == "RESOURCE_EXHAUSTED":
         return ("quota or rate limit exhausted: flex-start and spot draw on the preemptible TPU "
                 "quota of the zone (SPEC 2); check IAM & Admin > Quotas, or retry later")

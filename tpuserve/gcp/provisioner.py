@@ -128,6 +128,18 @@ CAPACITY_STATES = frozenset({"PROVISIONING", "ACTIVE"})
 # How often one converge looks at a QR that changed state under it (queued -> PROVISIONING
 # -> ACTIVE is two).
 _CONVERGE_LOOKS = 4
+# A re-create refused as a rate limit (ApiError.is_rate_limit) is tried this often in all, with
+# the edge's backoff, inside converge's deadline. A quota refusal (QuotaFailure) is not retried:
+# the edge never retries a create on 429 (retry.CREATE_TRANSIENT_CODES).
+RECREATE_TRIES = 5
+# A metadata PATCH answered 409 (the node is being changed by another operation) is tried this
+# often in all, with the edge's backoff, inside the deadline.
+PATCH_CONFLICT_TRIES = 5
+# Rounds of (re-read, merge, PATCH, re-read) before converge gives up on a node whose metadata
+# keeps changing under it: the TPU API has no fingerprint or etag on a node's metadata, so no
+# PATCH can be made conditional (the window between the last read and the PATCH stays open).
+METADATA_ROUNDS = 3
+RESTORE_COMMAND = "cdktf deploy flex"
 
 
 def merged_metadata(
@@ -149,8 +161,11 @@ def converge(
     ACTIVE: the node's metadata is updated in place (nodes.patch), keys that are not ours kept.
     Still queued (CREATING, ACCEPTED, WAITING_FOR_RESOURCES) with other metadata: the QR is
     deleted and created again with `body` (through `create`, as the create step does), which
-    costs its place in the queue only. PROVISIONING: waited out, then as ACTIVE. Dead
-    (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe replaces it.
+    costs its place in the queue only; a re-create refused as a rate limit is retried (a
+    quota refusal is not), and every failure after the delete says, in its one line, that the
+    QR was deleted and that `cdktf deploy flex` restores it. PROVISIONING: waited out, then as
+    ACTIVE. Dead (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe
+    replaces it.
     Missing: QueuedResourceError (Terraform created it first). An unknown state: UnknownState.
     """
     desired = body_metadata(body)
@@ -188,7 +203,15 @@ def converge(
                                           spare=CAPACITY_STATES)
         except Spared:
             continue  # capacity came meanwhile: look again (and update the node in place)
-        result = create(dict(body), generation or qr.generation or "")
+        try:
+            result = _recreate(client, create, body, generation or qr.generation or "",
+                               end=start + timeout)
+        except (ApiError, QueuedResourceError) as exc:
+            exc.add_note(_after_delete(client, ref, state))
+            raise
+        except KeyboardInterrupt as exc:  # no call now: say what is known
+            exc.add_note(_after_delete(None, ref, state))
+            raise
         return (f"tpuserve: recreated {ref.name} with the new metadata: it was {state} (no "
                 "capacity yet), so it lost only its place in the queue; now "
                 f"{result.queued_resource.state}")
@@ -198,23 +221,117 @@ def converge(
     )
 
 
-def _converge_node(
-    client: TpuClient, node: str, spec_metadata: Mapping[str, str],
-    desired: Mapping[str, str], *, timeout: float,
-) -> str:
+def _recreate(
+    client: TpuClient, create: Callable[[dict[str, Any], str], CreateResult],
+    body: Mapping[str, Any], generation: str, *, end: float,
+) -> CreateResult:
+    """The re-create after converge's delete; a rate limit is waited out (bounded, inside
+    `end`), a quota refusal or anything else is raised at once."""
+    for attempt in range(1, RECREATE_TRIES + 1):
+        try:
+            return create(dict(body), generation)
+        except ApiError as exc:
+            if not exc.is_rate_limit or attempt == RECREATE_TRIES:
+                raise
+            pause = client.policy.pause(attempt, exc.retry_after)
+            if client.clock() + pause > end:
+                raise
+            client.sleep(pause)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _after_delete(client: TpuClient | None, ref: QueuedResourceRef, state: str) -> str:
+    """What a failure after converge's delete left, in words, and what restores it: the plan's
+    probe finds the QR missing (or adopts the new one) and `cdktf deploy flex` creates it.
+    No client: do not look (interrupted)."""
+    deleted = (f"the queued resource {ref.name} (it was {state}, no capacity yet) was DELETED "
+               "to change its metadata")
+    unknown = (f"{deleted}, and whether its re-create took could not be read: run "
+               f"`{RESTORE_COMMAND}`, which adopts the new one or creates it anew")
+    if client is None:
+        return unknown
+    try:
+        now = client.get_queued_resource(ref)
+    except ApiError:
+        return unknown
+    if now is None:
+        return (f"{deleted} and is NOT re-created: run `{RESTORE_COMMAND}` to create it anew "
+                "(its place in the queue is lost)")
+    return (f"{deleted}; a new one was created and is {now.state}: run `{RESTORE_COMMAND}`, "
+            "which keeps it if it is alive and replaces it if it is not")
+
+
+def _read_metadata(client: TpuClient, node: str) -> dict[str, str]:
     current = client.node_metadata(node)
     if current is None:
         raise QueuedResourceError(
             f"node {node} does not exist although its queued resource is ACTIVE -> check it "
             "with `python -m tpuserve.queued_resource describe`, then deploy again"
         )
-    wanted = merged_metadata(current, desired, set(spec_metadata))
-    if wanted == current:
+    return current
+
+
+def _patch_metadata(client: TpuClient, node: str, wanted: Mapping[str, str], *,
+                    end: float) -> None:
+    """One metadata PATCH, waited for; a 409 (another operation is changing the node) is
+    retried with backoff, bounded and inside `end`. Its hint never says to delete the node: it
+    holds the flex-start capacity."""
+    for attempt in range(1, PATCH_CONFLICT_TRIES + 1):
+        try:
+            client.update_node_metadata(node, wanted, timeout=max(end - client.clock(), 1.0))
+            return
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            pause = client.policy.pause(attempt, exc.retry_after)
+            if attempt == PATCH_CONFLICT_TRIES or client.clock() + pause > end:
+                exc.hint = (
+                    f"another operation is changing the node (tried {attempt} times): wait "
+                    "until it is READY (`gcloud compute tpus tpu-vm describe`), then "
+                    f"`{RESTORE_COMMAND}`; do not delete it: it holds the flex-start capacity"
+                )
+                raise
+            client.sleep(pause)
+
+
+def _converge_node(
+    client: TpuClient, node: str, spec_metadata: Mapping[str, str],
+    desired: Mapping[str, str], *, timeout: float,
+) -> str:
+    """Patch the node's metadata to `desired`, keeping keys that are not ours.
+
+    No precondition exists (the TPU API has no fingerprint or etag on node metadata), so a
+    key written by someone else between a read and the PATCH would be lost. The window is
+    narrowed, not closed: the metadata is re-read immediately before each PATCH and after its
+    operation; a key of someone else's present before it and missing after it (or one of ours
+    reverted) is merged and patched again, for at most METADATA_ROUNDS rounds.
+    """
+    end = client.clock() + timeout
+    managed = set(spec_metadata)
+    first = _read_metadata(client, node)
+    if merged_metadata(first, desired, managed) == first:
         return f"tpuserve: node {node}: metadata unchanged"
-    client.update_node_metadata(node, wanted, timeout=timeout)
-    changed = sorted(k for k in set(wanted) | set(current) if wanted.get(k) != current.get(k))
-    return (f"tpuserve: node {node}: metadata updated in place ({', '.join(changed)}), capacity "
-            "kept; the node re-runs its boot script and re-converges")
+    before = _read_metadata(client, node)  # immediately before the PATCH
+    for _ in range(METADATA_ROUNDS):
+        wanted = merged_metadata(before, desired, managed)
+        _patch_metadata(client, node, wanted, end=end)
+        after = _read_metadata(client, node)
+        lost = {k: v for k, v in before.items()
+                if k not in managed and k not in desired and k not in after}
+        reverted = sorted(k for k, v in desired.items() if after.get(k) != v)
+        if not lost and not reverted:
+            changed = sorted(k for k in set(wanted) | set(first)
+                             if wanted.get(k) != first.get(k))
+            return (f"tpuserve: node {node}: metadata updated in place ({', '.join(changed)}), "
+                    "capacity kept; the node re-runs its boot script and re-converges")
+        before = {**after, **lost}  # theirs as last seen, plus what the PATCH dropped
+    missing = sorted(lost) + reverted
+    raise QueuedResourceError(
+        f"node {node}: its metadata kept changing while converge patched it ({METADATA_ROUNDS} "
+        f"rounds; still missing or changed: {', '.join(missing)}) -> check who else writes it "
+        f"(`gcloud compute tpus tpu-vm describe`), then `{RESTORE_COMMAND}`; the node and its "
+        "capacity are kept"
+    )
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -406,8 +523,9 @@ def main(
         notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
         print(f"tpuserve: {exc}{notes}", file=err)
         return 1
-    except KeyboardInterrupt:
-        print("tpuserve: interrupted", file=err)
+    except KeyboardInterrupt as exc:
+        notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        print(f"tpuserve: interrupted{notes}", file=err)
         return 130
 
 

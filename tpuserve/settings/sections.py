@@ -22,6 +22,7 @@ from tpuserve.facts import (
     MAX_GUARD_RUN_HOURS,
     PRICES_USD_PER_CHIP_HOUR,
 )
+from tpuserve.gcp.endpoints import psc_root
 from tpuserve.paths import DEFAULT_CONFIG
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import (
@@ -48,6 +49,16 @@ class GcpSettings(StrictModel):
     # Names the long-lived resources every stack of one deployment shares (the network).
     deployment: str = "tpuserve"
     subnet_cidr: str = "10.64.0.0/20"
+    # Where the billing guard's Cloud Tasks task calls the TPU API: unset, Google's production
+    # root; set, a Private Service Connect endpoint (https://NAME.p.googleapis.com/). Never the
+    # caller's CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU: the task runs in Google's cloud with the
+    # guard account's token (issue 22).
+    tpu_api_endpoint: str | None = None
+
+    @field_validator("tpu_api_endpoint")
+    @classmethod
+    def _tpu_api_endpoint(cls, v: str | None) -> str | None:
+        return None if v is None else psc_root("gcp.tpu_api_endpoint", v)
 
     @field_validator("deployment")
     @classmethod

@@ -55,6 +55,16 @@ def deployment_warnings(d: Deployment) -> list[str]:
             f"stack.max_run_hours = 0: the billing guard is off; {d.stack.provisioning_model} "
             f"bills ${d.usd_per_hour:.4f}/h until deleted, ${monthly:,.0f} a month (SPEC 7)"
         )
+    if d.has_billing_guard and d.gcp.tpu_api_endpoint is not None:
+        out.append(
+            f"gcp.tpu_api_endpoint = {d.gcp.tpu_api_endpoint!r}: the billing guard's task calls "
+            "it, but Cloud Tasks dispatches HTTP targets to endpoints with a public IP address "
+            "(cloud.google.com/tasks/docs/creating-http-target-tasks) and a Private Service "
+            "Connect endpoint's address and name are internal to its VPC (cloud.google.com/vpc/"
+            "docs/about-accessing-google-apis-endpoints): not verified here; check that the "
+            "guard deletes a test node before relying on it, or unset it for "
+            "https://tpu.googleapis.com/"
+        )
     if d.gcp.network is not None and d.gcp.network.rsplit("/", 1)[-1] == "default":
         out.append(
             "gcp.network = 'default': its pre-made rules (default-allow-ssh, -rdp, -icmp from "
