@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import gzip
 
+from tpuserve.gcp.fleet_check import MIN_MASTER_VERSION
 from tpuserve.gcp.kubectl import (
     ENV_BUNDLE_GZ,
     ENV_CLUSTER,
@@ -105,11 +106,6 @@ ADAPTER_NAMESPACE = "custom-metrics"
 ADAPTER_KSA = "custom-metrics-stackdriver-adapter"
 # Google's health-check probers (the regional external Application Load Balancer's too).
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
-# The control plane's floor: GKE installs the InferencePool CRD (inference.networking.k8s.io/v1)
-# from 1.34.0-gke.1626000 (GKE Inference Gateway docs); TPU flex-start pools need
-# 1.33.0-gke.1712000, below it. `fleet.release_channel` still picks the channel; the plan-time
-# preflight (tpuserve.gcp.fleet_check) refuses a channel that offers nothing at or above it.
-MIN_MASTER_VERSION = "1.34.0-gke.1626000"
 # What GKE documents as the least a node's own account needs for its logs and metrics.
 NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 # The bundle, gzipped and base64-encoded, is one environment string of the step: Linux caps

@@ -40,6 +40,11 @@ ENV_FORCE = "TPUSERVE_FLEET_FORCE"
 COMPUTE_API = "https://compute.googleapis.com/compute/v1/"
 CONTAINER_API = "https://container.googleapis.com/"
 SERVICEUSAGE_API = "https://serviceusage.googleapis.com/"
+# The fleet cluster's control-plane floor (stacks/fleet.py sets it as min_master_version): GKE
+# installs the InferencePool CRD (inference.networking.k8s.io/v1) from 1.34.0-gke.1626000 (GKE
+# Inference Gateway docs); TPU flex-start pools need 1.33.0-gke.1712000, below it. The fleet's
+# Kubernetes schema tests validate at its minor.
+MIN_MASTER_VERSION = "1.34.0-gke.1626000"
 # The whole check's bound: every call and retry beneath it ends by then.
 DEADLINE_S = 90.0
 
@@ -308,7 +313,7 @@ def check_versions(q: Query, api: GoogleApi, findings: Findings) -> None:
         findings.failures.append(
             f"cannot check {what}: the server config lists no valid versions for the channel; "
             "nothing proves the cluster can be created at "
-            f"{q.floor} (stacks/fleet.py MIN_MASTER_VERSION), plan again later")
+            f"{q.floor} (tpuserve/gcp/fleet_check.py MIN_MASTER_VERSION), plan again later")
         return
     if q.floor in offered:
         return
@@ -316,8 +321,8 @@ def check_versions(q: Query, api: GoogleApi, findings: Findings) -> None:
     above = sorted((v for v in offered if (gv := gke_version(v)) is not None and floor
                     and gv >= floor), key=lambda v: gke_version(v) or ())
     if above:
-        fix = (f"it offers {', '.join(above[:3])}: raise stacks/fleet.py MIN_MASTER_VERSION "
-               "to one of them")
+        fix = (f"it offers {', '.join(above[:3])}: raise MIN_MASTER_VERSION in "
+               "tpuserve/gcp/fleet_check.py to one of them")
     else:
         fix = ("it offers nothing at or above it (the InferencePool CRD needs it): set "
                "fleet.release_channel to a channel that does (RAPID is first to get it)")
