@@ -5,6 +5,7 @@ not show the thing refuses, one line per failure naming what to request or enabl
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -72,8 +73,8 @@ def _status(code: int, status: str, message: str) -> Response:
                     code, mimetype="application/json")
 
 
-@pytest.fixture
-def cloud() -> Iterator[dict[str, Any]]:
+@contextlib.contextmanager
+def fleet_cloud() -> Iterator[dict[str, Any]]:
     """A project that has all the fleet needs: the APIs, quota for 2..6 spot/flex chips, and
     the floor in the REGULAR channel."""
     compute = FakeCompute(project=PROJECT, access_token=TOKEN).start()
@@ -88,10 +89,18 @@ def cloud() -> Iterator[dict[str, Any]]:
            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER": container.endpoint,
            "CLOUDSDK_API_ENDPOINT_OVERRIDES_SERVICEUSAGE": usage.endpoint,
            "CLOUDSDK_AUTH_ACCESS_TOKEN": TOKEN, "TPUSERVE_TIME_SCALE": "0"}
-    yield {"compute": compute, "usage": usage, "container": container, "env": env}
-    compute.stop()
-    usage.stop()
-    container.server.stop()
+    try:
+        yield {"compute": compute, "usage": usage, "container": container, "env": env}
+    finally:
+        compute.stop()
+        usage.stop()
+        container.server.stop()
+
+
+@pytest.fixture
+def cloud() -> Iterator[dict[str, Any]]:
+    with fleet_cloud() as fakes:
+        yield fakes
 
 
 def query(**over: str) -> str:
