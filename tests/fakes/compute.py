@@ -10,6 +10,8 @@ fetch the quotas. Errors the way Compute answers them ({"error": {"code", "messa
 project or when "compute.regions.get" is in `denied`; 403 SERVICE_DISABLED (with ErrorInfo)
 when `disabled`; 404 notFound for a region it does not know; 400 for a query parameter the
 method does not take. Point code at it with `CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE=<endpoint>`.
+Requests and answers go through tests/fakes/discovery.guarded (compute.v1's document); a raw
+answer a test injects (`answer_next`) is marked deliberate and passes as it is.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from werkzeug import Request, Response
 
+from .discovery import Discovery, deliberate, guarded
 from .metadata import FaultQueue, LoopbackServer
 
 _GET = re.compile(r"/compute/v1/projects/([^/]+)/regions/([^/]+)")
@@ -53,7 +56,8 @@ class FakeCompute:
         self.calls: list[ComputeCall] = []
         self.faults = FaultQueue()
         self._lock = threading.Lock()
-        self.server = LoopbackServer(self._handle)
+        # Every request and answer checked against compute.v1's discovery document.
+        self.server = LoopbackServer(guarded(Discovery.load("compute", "v1"), self._handle))
 
     @property
     def endpoint(self) -> str:
@@ -70,6 +74,11 @@ class FakeCompute:
     def set_quota(self, region: str, metric: str, limit: float, usage: float = 0.0) -> None:
         with self._lock:
             self.quotas.setdefault(region, {})[metric] = (limit, usage)
+
+    def answer_next(self, body: object, status: int = 200, *, times: int = 1) -> None:
+        """The next answers are exactly this JSON (a hostile or empty one), unchecked."""
+        self.faults.add(lambda r: True, lambda: deliberate(Response(
+            json.dumps(body), status, mimetype="application/json")), times)
 
     def _handle(self, request: Request) -> Response:
         response = self.faults.take(request)

@@ -9,7 +9,9 @@ DISABLED for another service it knows (KNOWN). Errors as the real API answers th
 Status with details: 401; 403 for another project or when "serviceusage.services.get" is in
 `denied`; 400 for more than 30 names, a name outside the parent, no names, or a query parameter
 the method does not take; 403 "Not found or permission denied" for a service it does not know.
-Point code at it with `CLOUDSDK_API_ENDPOINT_OVERRIDES_SERVICEUSAGE=<endpoint>`.
+Point code at it with `CLOUDSDK_API_ENDPOINT_OVERRIDES_SERVICEUSAGE=<endpoint>`. Requests and
+answers go through tests/fakes/discovery.guarded (serviceusage.v1's document); a raw answer a
+test injects (`answer_next`) is marked deliberate and passes as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from werkzeug import Request, Response
 
 from .compute import STANDARD_PARAMS
+from .discovery import Discovery, deliberate, guarded
 from .metadata import FaultQueue, LoopbackServer
 
 _BATCH = re.compile(r"/v1/projects/([^/]+)/services:batchGet")
@@ -60,7 +63,8 @@ class FakeServiceUsage:
         self.calls: list[UsageCall] = []
         self.faults = FaultQueue()
         self._lock = threading.Lock()
-        self.server = LoopbackServer(self._handle)
+        # Every request and answer checked against serviceusage.v1's discovery document.
+        self.server = LoopbackServer(guarded(Discovery.load("serviceusage", "v1"), self._handle))
 
     @property
     def endpoint(self) -> str:
@@ -76,6 +80,11 @@ class FakeServiceUsage:
     def enable(self, *names: str) -> None:
         with self._lock:
             self.enabled.update(names)
+
+    def answer_next(self, body: object, status: int = 200, *, times: int = 1) -> None:
+        """The next answers are exactly this JSON (a hostile or empty one), unchecked."""
+        self.faults.add(lambda r: True, lambda: deliberate(Response(
+            json.dumps(body), status, mimetype="application/json")), times)
 
     def _handle(self, request: Request) -> Response:
         response = self.faults.take(request)

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from werkzeug import Request, Response
 
 from tests.fakes.compute import FakeCompute
-from tests.fakes.metadata import LoopbackServer
+from tests.fakes.container import FakeContainer
 from tests.fakes.serviceusage import FakeServiceUsage
 from tpuserve.gcp import fleet_check
 from tpuserve.paths import REPO_ROOT
@@ -34,53 +33,18 @@ SPOT = "PREEMPTIBLE_TPU_LITE_PODSLICE_V5"
 ONDEMAND = "TPU_LITE_PODSLICE_V5"
 
 
-class Container:
-    """Container API stand-in (getServerConfig, clusters.list) until tests/fakes/container.py
-    lands; the answers are container.v1's ServerConfig and ListClustersResponse shapes."""
-
-    def __init__(self) -> None:
-        self.channels: dict[str, list[str]] = {
-            "REGULAR": ["1.34.1-gke.1829001", FLOOR, "1.33.5-gke.1308000"],
-            "RAPID": ["1.35.0-gke.1795000", "1.34.1-gke.1829001", FLOOR],
-            "STABLE": ["1.33.5-gke.1308000", "1.33.4-gke.1245000"]}
-        self.clusters: list[str] = []
-        self.server = LoopbackServer(self._handle)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}/"
-
-    def _handle(self, request: Request) -> Response:
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return _status(401, "UNAUTHENTICATED", "Request had invalid authentication")
-        base = f"/v1/projects/{PROJECT}/locations/{ZONE}"
-        if request.method == "GET" and request.path == f"{base}/serverConfig":
-            return Response(json.dumps({
-                "defaultClusterVersion": "1.33.5-gke.1308000",
-                "validMasterVersions": sorted({v for vs in self.channels.values() for v in vs}),
-                "channels": [{"channel": c, "validVersions": vs,
-                              **({"defaultVersion": vs[0]} if vs else {})}
-                             for c, vs in self.channels.items()]}), mimetype="application/json")
-        if request.method == "GET" and request.path == f"{base}/clusters":
-            return Response(json.dumps({"clusters": [{"name": n, "location": ZONE}
-                                                     for n in self.clusters]}),
-                            mimetype="application/json")
-        return _status(404, "NOT_FOUND", "Not found")
-
-
-def _status(code: int, status: str, message: str) -> Response:
-    return Response(json.dumps({"error": {"code": code, "message": message, "status": status}}),
-                    code, mimetype="application/json")
-
-
 @contextlib.contextmanager
 def fleet_cloud() -> Iterator[dict[str, Any]]:
     """A project that has all the fleet needs: the APIs, quota for 2..6 spot/flex chips, and
     the floor in the REGULAR channel."""
     compute = FakeCompute(project=PROJECT, access_token=TOKEN).start()
     usage = FakeServiceUsage(project=PROJECT, number=NUMBER, access_token=TOKEN).start()
-    container = Container()
-    container.server.start()
+    container = FakeContainer(project=PROJECT, access_token=TOKEN,
+                              project_number=NUMBER).start()
+    container.channels = {
+        "RAPID": ["1.35.0-gke.1795000", "1.34.1-gke.1829001", FLOOR],
+        "REGULAR": ["1.34.1-gke.1829001", FLOOR, "1.33.5-gke.1308000"],
+        "STABLE": ["1.33.5-gke.1308000", "1.33.4-gke.1245000"]}
     usage.enable(*APIS, "certificatemanager.googleapis.com")
     compute.set_quota(REGION, "CPUS", 24, 4)
     compute.set_quota(REGION, SPOT, 8, 0)
@@ -94,7 +58,7 @@ def fleet_cloud() -> Iterator[dict[str, Any]]:
     finally:
         compute.stop()
         usage.stop()
-        container.server.stop()
+        container.stop()
 
 
 @pytest.fixture
@@ -182,7 +146,7 @@ def test_a_running_fleets_own_nodes_do_not_refuse_its_next_plan(cloud) -> None:
     """Usage holds the fleet's own nodes once it is up: then the limit alone is compared."""
     cloud["compute"].set_quota(REGION, SPOT, 2, 2)
     assert run(cloud["env"], query())[0] == 1
-    cloud["container"].clusters.append("tpuserve-fleet")
+    cloud["container"].add_cluster(ZONE, "tpuserve-fleet")
     code, _out, lines = run(cloud["env"], query(max_replicas="2"))
     assert (code, lines) == (0, [])
 
@@ -196,8 +160,7 @@ def test_a_running_fleets_own_nodes_do_not_refuse_its_next_plan(cloud) -> None:
     {"name": REGION, "quotas": [{"limit": 8, "usage": 0}]},
 ])
 def test_a_region_answer_that_proves_nothing_refuses(cloud, answer) -> None:
-    cloud["compute"].faults.add(lambda r: True, lambda: Response(
-        json.dumps(answer), 200, mimetype="application/json"))
+    cloud["compute"].answer_next(answer)
     code, _out, lines = run(cloud["env"], query())
     assert code == 1
     [line] = lines
@@ -263,8 +226,7 @@ def test_every_api_not_enabled_is_its_own_line(cloud) -> None:
     {"services": [{"name": f"projects/{NUMBER}/services/{a}"} for a in APIS]},
 ])
 def test_a_services_answer_that_proves_nothing_refuses(cloud, answer) -> None:
-    cloud["usage"].faults.add(lambda r: True, lambda: Response(
-        json.dumps(answer), 200, mimetype="application/json"))
+    cloud["usage"].answer_next(answer)
     code, _out, lines = run(cloud["env"], query())
     assert code == 1
     assert len(lines) == len(APIS)
