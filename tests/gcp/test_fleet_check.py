@@ -281,3 +281,25 @@ def test_as_terraform_runs_it(cloud) -> None:
         f"tpuserve: API container.googleapis.com is not proven enabled in project '{PROJECT}' "
         f"(state DISABLED): enable it (gcloud services enable container.googleapis.com "
         f"--project {PROJECT}), then plan again")]
+
+
+def test_a_running_cluster_is_held_to_its_own_version_not_the_channels(cloud) -> None:
+    """min_master_version is read at create only: once the cluster is up, the channel may drop
+    the floor itself; the running control plane is what must be at or above it."""
+    cloud["container"].channels["REGULAR"] = ["1.35.1-gke.1000000"]
+    assert run(cloud["env"], query())[0] == 1  # a new cluster could not be created at it
+    cluster = cloud["container"].add_cluster(ZONE, "tpuserve-fleet")
+    cluster.version = "1.35.1-gke.1000000"
+    assert run(cloud["env"], query())[:3:2] == (0, [])
+    cluster.version = "1.33.5-gke.1308000"
+    code, _out, [line] = run(cloud["env"], query())
+    assert code == 1
+    assert "cluster tpuserve-fleet in us-west4-a runs GKE 1.33.5-gke.1308000, below" in line
+    assert "gcloud container clusters upgrade tpuserve-fleet --master" in line
+
+
+def test_a_denial_names_the_permission_the_answer_names(cloud) -> None:
+    cloud["container"].denied.add("container.clusters.getServerConfig")
+    code, _out, [line] = run(cloud["env"], query())
+    assert code == 1
+    assert "grant your account container.clusters.getServerConfig" in line

@@ -11,7 +11,8 @@ It proves three things, each only from an answer that shows it (anything else re
   first pool's metric has room for min_replicas nodes (the pool's floor); room below
   max_replicas is a warning. A metric that is absent refuses unless TPUSERVE_FLEET_FORCE=1;
 - versions: Container `getServerConfig` for the zone offers `min_master_version` in the
-  release channel's `validVersions` (the cluster is created at it);
+  release channel's `validVersions` (the cluster is created at it); once the fleet's cluster
+  exists (Container `clusters.list`), its `currentMasterVersion` is at or above it instead;
 - APIs: Service Usage `services.batchGet` answers state ENABLED for every API named.
 All proven: stdout {"fleet": "ok", "warnings": "<n>"}, warnings one line each on stderr, exit 0.
 Else ONE line per failure on stderr, each naming what to request or enable, exit 1; bad input:
@@ -187,6 +188,8 @@ class Findings:
 
 
 def _denied(exc: ApiError, permission: str, what: str, project: str) -> str:
+    # The permission the answer's ErrorInfo names, when it names one.
+    permission = exc.details.metadata.get("permission") or permission
     return (f"cannot check {what}: permission denied ({exc.code} {exc.status}); grant your "
             f"account {permission} in project '{project}', then plan again")
 
@@ -294,7 +297,21 @@ def check_quota(q: Query, api: GoogleApi, findings: Findings, *, force: bool,
 # ----------------------------------------------------------------------------- versions
 
 
-def check_versions(q: Query, api: GoogleApi, findings: Findings) -> None:
+def check_versions(q: Query, api: GoogleApi, findings: Findings,
+                   existing: dict[str, Any] | None) -> None:
+    """A new cluster: its channel offers the floor (it is created at it). The fleet's cluster
+    already there: its control plane runs the floor or later (min_master_version is read at
+    create only; the channel may no longer offer the floor itself)."""
+    if existing is not None:
+        running = existing.get("currentMasterVersion")
+        have, floor = gke_version(str(running)), gke_version(q.floor)
+        if have is None or floor is None or have < floor:
+            findings.failures.append(
+                f"cluster {q.cluster} in {q.zone} runs GKE {running or '(no version given)'}, "
+                f"below the fleet's floor {q.floor} (the InferencePool CRD needs it): upgrade "
+                f"its control plane (gcloud container clusters upgrade {q.cluster} --master "
+                f"--zone {q.zone} --project {q.project} --cluster-version {q.floor} or later)")
+        return
     what = f"the GKE versions of the {q.channel} channel in {q.zone}"
     try:
         config = api.request("GET", f"v1/projects/{q.project}/locations/{q.zone}/serverConfig",
@@ -363,20 +380,21 @@ def check_apis(q: Query, api: GoogleApi, findings: Findings) -> None:
 # ----------------------------------------------------------------------------- cluster
 
 
-def cluster_exists(q: Query, api: GoogleApi) -> bool:
-    """Does the fleet's cluster exist already (its nodes then count in the quota's usage)?
-    Only a complete listing that names it says yes; anything else is taken as no, which
-    makes the quota check stricter, never looser."""
+def existing_cluster(q: Query, api: GoogleApi) -> dict[str, Any] | None:
+    """The fleet's cluster if it exists already (its nodes then count in the quota's usage,
+    and its own version is what matters). Only a complete listing that names it says so;
+    anything else is taken as "not there": the new-cluster checks, stricter, apply."""
     try:
         listing = api.request("GET", f"v1/projects/{q.project}/locations/{q.zone}/clusters",
                               action=f"list the GKE clusters of {q.zone}")
     except ApiError:
-        return False
+        return None
     if not isinstance(listing, dict) or listing.get("missingZones"):
-        return False
+        return None
     clusters = listing.get("clusters")
-    return isinstance(clusters, list) and any(
-        isinstance(c, dict) and c.get("name") == q.cluster for c in clusters)
+    found = [c for c in clusters if isinstance(c, dict) and c.get("name") == q.cluster] \
+        if isinstance(clusters, list) else []
+    return found[0] if len(found) == 1 else None
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -395,9 +413,10 @@ def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str], apis: Mapping[st
     q = parse_query(text)
     findings = Findings()
     check_apis(q, apis["serviceusage"], findings)
-    check_versions(q, apis["container"], findings)
-    exists = cluster_exists(q, apis["container"])
-    check_quota(q, apis["compute"], findings, force=force_raw == "1", cluster_exists=exists)
+    existing = existing_cluster(q, apis["container"])
+    check_versions(q, apis["container"], findings, existing)
+    check_quota(q, apis["compute"], findings, force=force_raw == "1",
+                cluster_exists=existing is not None)
     for line in findings.warnings:
         print(f"tpuserve: warning: {line}", file=stderr)
     for line in findings.failures:
