@@ -117,12 +117,13 @@ def violations(doc: dict[str, Any]) -> list[str]:
         for addr, body in graph.items():
             if addr == creator or addr.startswith("data.external."):
                 continue
-            for key, text in strings(body):
-                hit = next((p.pattern for p in pats if p.search(text)), None)
-                if hit and not reaches(addr, creator):
-                    found.append(f"{addr} ({key}) names what {creator} creates ({hit}) "
-                                 "without depending on it")
-                    break
+            if reaches(addr, creator):
+                continue
+            for pat in pats:
+                key = next((k for k, text in strings(body) if pat.search(text)), None)
+                if key is not None:
+                    found.append(f"{addr} ({key}) names what {creator} creates "
+                                 f"({pat.pattern}) without depending on it")
     return sorted(set(found))
 
 
@@ -150,6 +151,9 @@ def test_the_walk_sees_the_identity_pool_grants_and_the_bundle_kinds(doc) -> Non
     found = violations(broken)
     assert any(line.startswith("terraform_data.k8s_teardown (bundle) names what "
                                "google_container_cluster.cluster creates") for line in found), found
+    # The kinds only the cluster's add-ons install (InferencePool, Gateway, ...).
+    assert any("InferencePool" in line and line.startswith("terraform_data.k8s_bundle")
+               for line in found), found
     # ... and the pools the bundle's ComputeClass names, and the Gateway's address.
     assert any("google_container_node_pool.tpu_pool_flex" in line for line in found), found
     assert any("google_compute_address.fleet_ip" in line for line in found), found
