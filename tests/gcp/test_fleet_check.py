@@ -303,3 +303,13 @@ def test_a_denial_names_the_permission_the_answer_names(cloud) -> None:
     code, _out, [line] = run(cloud["env"], query())
     assert code == 1
     assert "grant your account container.clusters.getServerConfig" in line
+
+
+def test_one_deadline_bounds_every_call() -> None:
+    apis = fleet_check.make_apis({"CLOUDSDK_AUTH_ACCESS_TOKEN": TOKEN})
+    ends = {api.deadline for api in apis.values()}
+    assert len(ends) == 1 and None not in ends
+    [end] = ends
+    import time
+
+    assert 0 < end - time.monotonic() <= fleet_check.DEADLINE_S
