@@ -1,16 +1,25 @@
 """The fleet stack: N replicas of the one-chip server on GKE, behind a regional load balancer.
 
+Before anything: `data.external.fleet_preflight` (tpuserve.gcp.fleet_check) proves at plan
+time the Compute regional TPU quota the pools draw on, that the zone's release channel offers
+the control-plane floor (MIN_MASTER_VERSION), and that the APIs below are enabled.
+
 GCP side (google-beta, this stack's own, destroyed with it):
 - in the base's network (by name), the proxy-only subnet a regional Gateway needs, and one
-  firewall rule that lets the load balancer's proxies and health checks reach the nodes (the
-  base denies all other ingress);
-- a zonal VPC-native GKE Standard cluster (Workload Identity, Dataplane V2, managed Prometheus,
-  Gateway API, the Secret Manager and GCS FUSE CSI add-ons, shielded nodes), a small system
-  pool and one single-chip v5e pool per entry of `fleet.provisioning`, in that order;
+  firewall rule that lets the load balancer's proxies and health checks reach the pods' key
+  proxy port (the base denies all other ingress; the VM stacks' SSH and API-port rules are
+  not the fleet's);
+- the base's node account gets roles/container.defaultNodeServiceAccount (GKE's minimum for
+  a node's own logs and metrics) while the fleet is up;
+- a zonal VPC-native GKE Standard cluster at MIN_MASTER_VERSION or later (Workload Identity,
+  Dataplane V2, managed Prometheus, Gateway API, the Secret Manager and GCS FUSE CSI add-ons,
+  shielded nodes), a small system pool and one single-chip v5e pool per entry of
+  `fleet.provisioning`, in that order;
 - the pods' least-privilege grants, by Workload Identity principal (no Google service account
-  to impersonate): the vLLM pods read the base's two secrets and the staged weights and
-  read/write the compile cache; the weights Job writes the weights; the custom-metrics adapter
-  reads Cloud Monitoring. Every base resource is found by name: no cross-stack reference;
+  to impersonate), each after the cluster (its identity pool exists only then): the vLLM pods
+  read the base's two secrets and the staged weights and read/write the compile cache; the
+  weights Job writes the weights; the custom-metrics adapter reads Cloud Monitoring. Every
+  base resource is found by name: no cross-stack reference;
 - the Gateway's reserved regional address and, with `fleet.domain`, a Google-managed regional
   certificate (DNS authorization: no private key anywhere, in state or elsewhere).
 
