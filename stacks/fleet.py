@@ -487,6 +487,10 @@ class FleetStack(ServingStack):
         else:
             self.output("endpoint", f"http://{ip}/v1",
                         "OpenAI-compatible base URL (plain HTTP: set fleet.domain for HTTPS)")
+        # A succeeding data.external program's stderr is not shown: its warnings are here.
+        self.output("preflight_warnings",
+                    tf_ref("data.external.fleet_preflight.result.warning_text"),
+                    "What the plan-time check warned of (e.g. TPU quota below max_replicas)")
         self.output("get_credentials_command",
                     f"gcloud container clusters get-credentials {self.cluster_name} "
                     f"--zone {d.gcp.zone} --project {d.gcp.project}",

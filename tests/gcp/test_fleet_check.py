@@ -98,7 +98,8 @@ def test_the_metric_names_are_computes_own() -> None:
 
 def test_all_proven_passes(cloud) -> None:
     code, out, lines = run(cloud["env"], query())
-    assert (code, json.loads(out), lines) == (0, {"fleet": "ok", "warnings": "0"}, [])
+    assert (code, json.loads(out), lines) == (
+        0, {"fleet": "ok", "warnings": "0", "warning_text": ""}, [])
     [batch] = [c for c in cloud["usage"].calls if c.path.endswith(":batchGet")]
     assert batch.names == tuple(f"projects/{PROJECT}/services/{a}" for a in APIS)
     assert [c.path for c in cloud["compute"].calls] == [
@@ -119,6 +120,8 @@ def test_room_below_max_replicas_warns(cloud) -> None:
     code, out, lines = run(cloud["env"], query())
     assert (code, json.loads(out)["warnings"]) == (0, "1")
     [line] = lines
+    # Terraform shows no stderr of a program that succeeds: the result carries it too.
+    assert json.loads(out)["warning_text"] == line.removeprefix("tpuserve: warning: ")
     assert line.startswith(f"tpuserve: warning: quota {SPOT} in {REGION} leaves 4 chips")
     assert "fleet.max_replicas = 6" in line
 

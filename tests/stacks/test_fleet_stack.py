@@ -267,6 +267,9 @@ def test_the_fleet_preflight_query(fleet) -> None:
                 "cloudresourcemanager.googleapis.com,networkservices.googleapis.com,"
                 "monitoring.googleapis.com,logging.googleapis.com,"
                 "certificatemanager.googleapis.com"}
+    # Its warnings reach the plan through an output (a succeeding program's stderr does not).
+    assert doc["output"]["preflight_warnings"]["value"] == (
+        "${data.external.fleet_preflight.result.warning_text}")
     # Every resource waits for both preflights (directly or through one that does).
     for kind, items in doc["resource"].items():
         for key, body in items.items():

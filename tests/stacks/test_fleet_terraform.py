@@ -393,4 +393,4 @@ def test_the_fleet_preflight_passes_with_everything_proven(
     tf.use(offline(preflight_doc, keep_data=("fleet_preflight",)))
     results, failed = tf.read_data()
     assert failed is None
-    assert results == {"fleet_preflight": {"fleet": "ok", "warnings": "0"}}
+    assert results == {"fleet_preflight": {"fleet": "ok", "warnings": "0", "warning_text": ""}}

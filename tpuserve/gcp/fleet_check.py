@@ -14,7 +14,9 @@ It proves three things, each only from an answer that shows it (anything else re
   release channel's `validVersions` (the cluster is created at it); once the fleet's cluster
   exists (Container `clusters.list`), its `currentMasterVersion` is at or above it instead;
 - APIs: Service Usage `services.batchGet` answers state ENABLED for every API named.
-All proven: stdout {"fleet": "ok", "warnings": "<n>"}, warnings one line each on stderr, exit 0.
+All proven: stdout {"fleet": "ok", "warnings": "<n>", "warning_text": "<lines, '; '-joined>"}
+(Terraform's external data source shows no stderr of a program that succeeds: the stack puts
+`warning_text` in an output, so the plan shows it), the warnings also on stderr, exit 0.
 Else ONE line per failure on stderr, each naming what to request or enable, exit 1; bad input:
 exit 2. Never a traceback. Calls go through the Google API edge (tpuserve.gcp.api) inside one
 deadline for the whole check.
@@ -423,7 +425,8 @@ def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str], apis: Mapping[st
         print(f"tpuserve: {line}", file=stderr)
     if findings.failures:
         return 1
-    json.dump({"fleet": "ok", "warnings": str(len(findings.warnings))}, stdout)
+    json.dump({"fleet": "ok", "warnings": str(len(findings.warnings)),
+               "warning_text": "; ".join(findings.warnings)}, stdout)
     stdout.write("\n")
     return 0
 
@@ -431,7 +434,7 @@ def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str], apis: Mapping[st
 USAGE = f"""usage: {PROG} preflight
 
   preflight  Terraform external data source: stdin {{{', '.join(f'"{k}"' for k in REQUIRED_KEYS)}}}
-             (strings); stdout {{"fleet": "ok", "warnings": "<n>"}}
+             (strings); stdout {{"fleet": "ok", "warnings": "<n>", "warning_text": "..."}}
              (${ENV_FORCE}=1: an absent quota metric warns instead of refusing)
 
 Exit: 0 ok; 1 a check refused (one line each on stderr); 2 bad input."""
