@@ -1,16 +1,25 @@
 """The fleet stack: N replicas of the one-chip server on GKE, behind a regional load balancer.
 
+Before anything: `data.external.fleet_preflight` (tpuserve.gcp.fleet_check) proves at plan
+time the Compute regional TPU quota the pools draw on, that the zone's release channel offers
+the control-plane floor (MIN_MASTER_VERSION), and that the APIs below are enabled.
+
 GCP side (google-beta, this stack's own, destroyed with it):
 - in the base's network (by name), the proxy-only subnet a regional Gateway needs, and one
-  firewall rule that lets the load balancer's proxies and health checks reach the nodes (the
-  base denies all other ingress);
-- a zonal VPC-native GKE Standard cluster (Workload Identity, Dataplane V2, managed Prometheus,
-  Gateway API, the Secret Manager and GCS FUSE CSI add-ons, shielded nodes), a small system
-  pool and one single-chip v5e pool per entry of `fleet.provisioning`, in that order;
+  firewall rule that lets the load balancer's proxies and health checks reach the pods' key
+  proxy port (the base denies all other ingress; the VM stacks' SSH and API-port rules are
+  not the fleet's);
+- the base's node account gets roles/container.defaultNodeServiceAccount (GKE's minimum for
+  a node's own logs and metrics) while the fleet is up;
+- a zonal VPC-native GKE Standard cluster at MIN_MASTER_VERSION or later (Workload Identity,
+  Dataplane V2, managed Prometheus, Gateway API, the Secret Manager and GCS FUSE CSI add-ons,
+  shielded nodes), a small system pool and one single-chip v5e pool per entry of
+  `fleet.provisioning`, in that order;
 - the pods' least-privilege grants, by Workload Identity principal (no Google service account
-  to impersonate): the vLLM pods read the base's two secrets and the staged weights and
-  read/write the compile cache; the weights Job writes the weights; the custom-metrics adapter
-  reads Cloud Monitoring. Every base resource is found by name: no cross-stack reference;
+  to impersonate), each after the cluster (its identity pool exists only then): the vLLM pods
+  read the base's two secrets and the staged weights and read/write the compile cache; the
+  weights Job writes the weights; the custom-metrics adapter reads Cloud Monitoring. Every
+  base resource is found by name: no cross-stack reference;
 - the Gateway's reserved regional address and, with `fleet.domain`, a Google-managed regional
   certificate (DNS authorization: no private key anywhere, in state or elsewhere).
 
@@ -33,6 +42,7 @@ from __future__ import annotations
 import base64
 import gzip
 
+from tpuserve.gcp.fleet_check import MIN_MASTER_VERSION
 from tpuserve.gcp.kubectl import (
     ENV_BUNDLE_GZ,
     ENV_CLUSTER,
@@ -86,11 +96,12 @@ from .cdk import (
     GoogleStorageBucketIamMember,
     LocalExecProvisioner,
     TerraformResource,
+    TerraformResourceLifecycle,
 )
 from .foundation import VM_SCOPES
 from .literals import tf_ref
 from .local_exec import python_module, repo_root
-from .preflight import external_program
+from .preflight import external_program, fleet_preflight
 from .serving import ServingStack
 
 CLIENT = python_module("tpuserve.kubectl")
@@ -104,9 +115,27 @@ ADAPTER_NAMESPACE = "custom-metrics"
 ADAPTER_KSA = "custom-metrics-stackdriver-adapter"
 # Google's health-check probers (the regional external Application Load Balancer's too).
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
+# What GKE documents as the least a node's own account needs for its logs and metrics.
+NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 # The bundle, gzipped and base64-encoded, is one environment string of the step: Linux caps
 # one at 128 KiB (MAX_ARG_STRLEN); this leaves room for Go's gzip coding it a little longer.
 MAX_BUNDLE_GZ_CHARS = 100_000
+
+
+# The APIs the stack's resources and the cluster's add-ons call, each for what needs it.
+FLEET_APIS = (
+    "container.googleapis.com",             # the cluster and its pools
+    "compute.googleapis.com",               # subnet, firewall rule, address, the TPU nodes
+    "cloudresourcemanager.googleapis.com",  # the project lookup and its IAM members
+    "networkservices.googleapis.com",       # the Gateway's extension calling the picker
+    "monitoring.googleapis.com",            # managed Prometheus, the adapter's HPA metric
+    "logging.googleapis.com",               # the cluster's logging_config
+)
+CERTIFICATE_API = "certificatemanager.googleapis.com"  # only with fleet.domain
+
+
+def fleet_apis(d: Deployment) -> list[str]:
+    return [*FLEET_APIS, *([CERTIFICATE_API] if d.fleet.domain else [])]
 
 
 def pool_name(model: str) -> str:
@@ -120,12 +149,18 @@ def bundle_gz_chars(bundle: str) -> int:
 
 
 class FleetStack(ServingStack):
+    VM_FIREWALL = False  # no IAP SSH, no API-port rule: only firewall_lb below
+
     def __init__(self, scope: Construct, deployment: Deployment) -> None:
         super().__init__(scope, deployment)
         d = deployment
         f = d.fleet
         self.cluster_name = d.node_name
-        pre = [self.preflight]
+        self.fleet_preflight = fleet_preflight(
+            self, d, machine_type=TPU_MACHINE_TYPE, min_master_version=MIN_MASTER_VERSION,
+            apis=fleet_apis(d))
+        pre = [self.preflight, self.fleet_preflight]
+        self.preflights = pre
 
         proxy_only = GoogleComputeSubnetwork(
             self, "proxy_only_subnet",
@@ -134,18 +169,27 @@ class FleetStack(ServingStack):
             depends_on=pre,
         )
         proxy_only.override_logical_id("proxy_only_subnet")
+        # The proxies and probers reach the pods' key proxy only (the InferencePool's target
+        # port and the HealthCheckPolicy's port): not SSH, not any other port of the nodes.
         lb = GoogleComputeFirewall(
             self, "firewall_lb",
             name=f"{d.node_name}-allow-lb", network=d.network_name, direction="INGRESS",
-            allow=[GoogleComputeFirewallAllow(protocol="tcp")],
+            allow=[GoogleComputeFirewallAllow(protocol="tcp",
+                                              ports=[str(fleet_bundle.PROXY_PORT)])],
             source_ranges=[f.proxy_only_cidr, *HEALTH_CHECK_RANGES],
             target_tags=[d.network_tag],
             description="The Gateway's proxies (proxy-only subnet) and health checks to the "
-                        "fleet's nodes and pods",
+                        "pods' key proxy port",
+            depends_on=pre,
         )
         lb.override_logical_id("firewall_lb")
 
-        self.cluster = self._cluster(d)
+        node_role = GoogleProjectIamMember(
+            self, "node_default_role", project=d.gcp.project, role=NODE_ROLE,
+            member=f"serviceAccount:{d.service_account_email}", depends_on=pre,
+        )
+        node_role.override_logical_id("node_default_role")
+        self.cluster = self._cluster(d, depends_on=[*pre, node_role])
         self.pools = [self._system_pool(d)]
         for i, model in enumerate(f.provisioning):
             self.pools.append(self._tpu_pool(d, model, first=i == 0))
@@ -157,12 +201,13 @@ class FleetStack(ServingStack):
         )
         self.address.override_logical_id("fleet_ip")
         certs = self._certificate(d) if f.domain else []
-        self._bundle(d, depends_on=[proxy_only, lb, self.cluster, *self.pools, *grants,
-                                    self.address, *certs])
+        self._bundle(d, depends_on=[proxy_only, lb, node_role, self.cluster, *self.pools,
+                                    *grants, self.address, *certs])
         self._outputs(d)
 
     # ------------------------------------------------------------------ cluster and pools
-    def _cluster(self, d: Deployment) -> GoogleContainerCluster:
+    def _cluster(self, d: Deployment, depends_on: list[TerraformResource]
+                 ) -> GoogleContainerCluster:
         f = d.fleet
         cluster = GoogleContainerCluster(
             self, "cluster",
@@ -193,6 +238,9 @@ class FleetStack(ServingStack):
             # state is the base's).
             deletion_protection=False,
             release_channel=GoogleContainerClusterReleaseChannel(channel=f.release_channel),
+            # Read at create only (provider 6.50.0 never reads it back: no drift); the channel
+            # upgrades from there.
+            min_master_version=MIN_MASTER_VERSION,
             networking_mode="VPC_NATIVE",
             ip_allocation_policy=GoogleContainerClusterIpAllocationPolicy(
                 cluster_ipv4_cidr_block=f.pods_cidr,
@@ -222,7 +270,14 @@ class FleetStack(ServingStack):
             secret_manager_config=GoogleContainerClusterSecretManagerConfig(enabled=True),
             pod_autoscaling=GoogleContainerClusterPodAutoscaling(hpa_profile="PERFORMANCE"),
             resource_labels=d.labels,
-            depends_on=[self.preflight],
+            # GKE reports the FIRST node pool's config as the cluster's nodeConfig once the
+            # default pool is gone, and provider 6.50.0 reads it into this block (Read:
+            # flattenNodeConfig(cluster.NodeConfig), resource_container_cluster.go:3359), which
+            # is ForceNew (node_config.go:141): a second plan would diff tags, taints and the
+            # ForceNew spot/flex_start/max_run_duration of whichever pool GKE lists first, and
+            # replace the cluster. The block only shapes the transient default pool at create.
+            lifecycle=TerraformResourceLifecycle(ignore_changes=["node_config"]),
+            depends_on=depends_on,
         )
         cluster.override_logical_id("cluster")
         return cluster
@@ -309,6 +364,9 @@ class FleetStack(ServingStack):
         stager = self._principal(project.number, ns, fleet_bundle.WEIGHTS_JOB)
         adapter = self._principal(project.number, ADAPTER_NAMESPACE, ADAPTER_KSA)
         grants: list[TerraformResource] = []
+        # The pool <project>.svc.id.goog exists only once a Workload Identity cluster does:
+        # before it, IAM refuses a principal of it ("Identity Pool does not exist").
+        after: list[TerraformResource] = [*self.preflights, self.cluster]
 
         def keep(res: TerraformResource, id_: str) -> None:
             res.override_logical_id(id_)
@@ -323,7 +381,7 @@ class FleetStack(ServingStack):
             keep(GoogleSecretManagerSecretIamMember(
                 self, id_, project=d.gcp.project, secret_id=secret,
                 role="roles/secretmanager.secretAccessor", member=member,
-                depends_on=[self.preflight]), id_)
+                depends_on=after), id_)
         for id_, bucket, role, member in (
             ("vllm_cache_object_user", d.cache_bucket, "roles/storage.objectUser", vllm),
             ("vllm_weights_object_viewer", d.base.weights_bucket,
@@ -332,10 +390,10 @@ class FleetStack(ServingStack):
              "roles/storage.objectUser", stager),
         ):
             keep(GoogleStorageBucketIamMember(self, id_, bucket=bucket, role=role,
-                                              member=member, depends_on=[self.preflight]), id_)
+                                              member=member, depends_on=after), id_)
         keep(GoogleProjectIamMember(self, "adapter_monitoring_viewer", project=d.gcp.project,
                                     role="roles/monitoring.viewer", member=adapter,
-                                    depends_on=[self.preflight]),
+                                    depends_on=after),
              "adapter_monitoring_viewer")
         return grants
 
@@ -346,7 +404,7 @@ class FleetStack(ServingStack):
         auth = GoogleCertificateManagerDnsAuthorization(
             self, "fleet_dns_authorization", name=f"{d.node_name}-dns-auth",
             domain=d.fleet.domain, location=d.gcp.region, type="PER_PROJECT_RECORD",
-            depends_on=[self.preflight],
+            depends_on=self.preflights,
         )
         auth.override_logical_id("fleet_dns_authorization")
         cert = GoogleCertificateManagerCertificate(
@@ -429,6 +487,10 @@ class FleetStack(ServingStack):
         else:
             self.output("endpoint", f"http://{ip}/v1",
                         "OpenAI-compatible base URL (plain HTTP: set fleet.domain for HTTPS)")
+        # A succeeding data.external program's stderr is not shown: its warnings are here.
+        self.output("preflight_warnings",
+                    tf_ref("data.external.fleet_preflight.result.warning_text"),
+                    "What the plan-time check warned of (e.g. TPU quota below max_replicas)")
         self.output("get_credentials_command",
                     f"gcloud container clusters get-credentials {self.cluster_name} "
                     f"--zone {d.gcp.zone} --project {d.gcp.project}",

@@ -19,6 +19,7 @@ from .local_exec import python_module, repo_root
 EXTERNAL_PROVIDER_SOURCE = "hashicorp/external"
 EXTERNAL_PROVIDER_VERSION = "~> 2.3"
 BASE_CHECK = python_module("tpuserve.base_check")
+FLEET_CHECK = python_module("tpuserve.fleet_check")
 
 
 def external_provider(stack: TerraformStack) -> TerraformProvider:
@@ -60,4 +61,23 @@ def base_preflight(scope: Construct, d: Deployment) -> TerraformDataSource:
         "buckets": ",".join(b.buckets),
         "service_accounts": b.node_service_account_email,
         "base_command": "cdktf deploy base",
+    })
+
+
+def fleet_preflight(scope: Construct, d: Deployment, *, machine_type: str,
+                    min_master_version: str, apis: list[str]) -> TerraformDataSource:
+    """The fleet's plan-time check: its TPU quota, its channel's versions, its APIs."""
+    f = d.fleet
+    return external_program(scope, "fleet_preflight", f"{FLEET_CHECK} preflight", {
+        "project": d.gcp.project,
+        "region": d.gcp.region,
+        "zone": d.gcp.zone,
+        "cluster": d.node_name,
+        "release_channel": f.release_channel,
+        "min_master_version": min_master_version,
+        "machine_type": machine_type,
+        "provisioning": ",".join(f.provisioning),
+        "min_replicas": str(f.min_replicas),
+        "max_replicas": str(f.max_replicas),
+        "apis": ",".join(apis),
     })

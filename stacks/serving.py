@@ -24,12 +24,17 @@ from .stack import TpuserveStack
 class ServingStack(TpuserveStack):
     """A serving stack: `cdktf deploy NAME` and `cdktf destroy NAME` work alone."""
 
+    # The VM stacks' node rules (IAP SSH, and the API port when access.api_source_ranges opens
+    # it). The fleet's GKE nodes need neither: it sets this False and opens its own port only.
+    VM_FIREWALL = True
+
     def __init__(self, scope: Construct, deployment: Deployment) -> None:
         d = deployment
         super().__init__(scope, d.name, d.base, zone=d.gcp.zone)
         self.deployment = d
         self.preflight = base_preflight(self, d)
-        Firewall(self, "firewall", deployment=d)
+        if self.VM_FIREWALL:
+            Firewall(self, "firewall", deployment=d)
         self.startup_script = render_startup(d)
         # The base's monitoring (dashboard line, alerts, budget) covers this stack; found by
         # name in the app, like everything else of the base (no cross-stack reference).

@@ -35,6 +35,9 @@ ADAPTER = principal("custom-metrics", "custom-metrics-stackdriver-adapter")
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Deployment, dict[str, Any], Path]:
     raw = load_raw(environ={})
+    # The VM stacks' SSH and API-port rules must not follow these onto the fleet's nodes.
+    raw["access"] = {"api_source_ranges": ["203.0.113.0/24"],
+                     "ssh_source_ranges": ["198.51.100.7/32"]}
     raw["stacks"]["fleet"] = {
         "provisioning_model": "fleet", "vllm": {"image": IMAGE},
         "fleet": {"provisioning": ["flex", "spot", "ondemand"], "min_replicas": 2,
@@ -87,7 +90,13 @@ def test_the_cluster(fleet) -> None:
                                   "horizontal_pod_autoscaling": {"disabled": False},
                                   "http_load_balancing": {"disabled": False}}
     assert c["release_channel"] == {"channel": "REGULAR"}
-    assert c["depends_on"] == ["data.external.base_preflight"]
+    # The InferencePool CRD's floor (GKE Inference Gateway), above flex-start's 1.33 one.
+    assert c["min_master_version"] == "1.34.0-gke.1626000"
+    # GKE reports the first pool's config as the cluster's: never diffed (test_fleet_readback).
+    assert c["lifecycle"] == {"ignore_changes": ["node_config"]}
+    assert c["node_config"]["service_account"] == NODE_SA  # not the default compute account
+    assert c["depends_on"] == ["data.external.base_preflight", "data.external.fleet_preflight",
+                               "google_project_iam_member.node_default_role"]
 
 
 def test_one_tpu_pool_per_provisioning_model_in_order(fleet) -> None:
@@ -158,6 +167,9 @@ def test_the_pods_grants_are_exactly_these(fleet) -> None:
          "roles/secretmanager.secretAccessor", STAGER),
         ("google_project_iam_member", "tpuserve-placeholder", "roles/monitoring.viewer",
          ADAPTER),
+        # The node account's own telemetry (GKE's documented minimum), with the fleet only.
+        ("google_project_iam_member", "tpuserve-placeholder",
+         "roles/container.defaultNodeServiceAccount", f"serviceAccount:{NODE_SA}"),
     ])
     assert doc["data"]["google_project"]["project"]["project_id"] == "tpuserve-placeholder"
 
@@ -167,9 +179,16 @@ def test_network_address_and_certificate(fleet) -> None:
     sub = res(doc, "google_compute_subnetwork")["proxy_only_subnet"]
     assert (sub["purpose"], sub["role"], sub["ip_cidr_range"], sub["network"], sub["region"]) \
         == ("REGIONAL_MANAGED_PROXY", "ACTIVE", "10.129.0.0/23", "tpuserve-net", "us-west4")
-    lb = res(doc, "google_compute_firewall")["firewall_lb"]
+    rules = res(doc, "google_compute_firewall")
+    # Only the load balancer's rule: no IAP SSH, no API-port rule (access.* are set above).
+    assert set(rules) == {"firewall_lb"}
+    lb = rules["firewall_lb"]
     assert lb["source_ranges"] == ["10.129.0.0/23", "35.191.0.0/16", "130.211.0.0/22"]
     assert lb["target_tags"] == ["tpuserve-fleet"]
+    # The pods' key proxy (InferencePool targetPorts, HealthCheckPolicy port), nothing else.
+    assert lb["allow"] == [{"protocol": "tcp", "ports": [str(fleet_bundle.PROXY_PORT)]}]
+    assert fleet_bundle.PROXY_PORT == 8080
+    assert "deny" not in lb
     ip = res(doc, "google_compute_address")["fleet_ip"]
     assert (ip["name"], ip["region"], ip["address_type"]) == (
         "tpuserve-fleet-ip", "us-west4", "EXTERNAL")
@@ -232,3 +251,27 @@ def test_the_stack_deploys_alone_and_holds_no_secret(fleet) -> None:
         for path in out.rglob("*"):
             if path.is_file():
                 assert canary not in path.read_text(errors="ignore"), path
+
+
+def test_the_fleet_preflight_query(fleet) -> None:
+    """What the plan-time check is asked to prove (tpuserve.gcp.fleet_check)."""
+    _d, doc, _out = fleet
+    pre = doc["data"]["external"]["fleet_preflight"]
+    assert pre["program"][-1].endswith("-m tpuserve.fleet_check preflight")
+    assert pre["query"] == {
+        "project": "tpuserve-placeholder", "region": "us-west4", "zone": "us-west4-a",
+        "cluster": "tpuserve-fleet", "release_channel": "REGULAR",
+        "min_master_version": "1.34.0-gke.1626000", "machine_type": "ct5lp-hightpu-1t",
+        "provisioning": "flex,spot,ondemand", "min_replicas": "2", "max_replicas": "6",
+        "apis": "container.googleapis.com,compute.googleapis.com,"
+                "cloudresourcemanager.googleapis.com,networkservices.googleapis.com,"
+                "monitoring.googleapis.com,logging.googleapis.com,"
+                "certificatemanager.googleapis.com"}
+    # Its warnings reach the plan through an output (a succeeding program's stderr does not).
+    assert doc["output"]["preflight_warnings"]["value"] == (
+        "${data.external.fleet_preflight.result.warning_text}")
+    # Every resource waits for both preflights (directly or through one that does).
+    for kind, items in doc["resource"].items():
+        for key, body in items.items():
+            if kind != "terraform_data" and "depends_on" in body:
+                assert "data.external.fleet_preflight" in body["depends_on"], (kind, key)

@@ -16,12 +16,14 @@ import copy
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.gcp.test_fleet_check import PROJECT, REGION, SPOT, fleet_cloud
 from tests.terraform_support import TERRAFORM, OfflineStack
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render import fleet_bundle
@@ -337,3 +339,58 @@ def test_crds_are_applied_and_established_first(kube: Kube, env, tmp_path: Path)
     kinds = [[o["kind"] for o in yaml.safe_load_all(c["stdin"])] for c in kube.kubectl()]
     assert kinds == [["Deployment", "ServiceAccount"], ["Namespace"],
                      ["CustomResourceDefinition"]]
+
+
+# ------------------------------------------------------------------ the fleet's preflight
+
+
+@pytest.fixture(scope="module")
+def preflight_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The fleet of project PROJECT (the fakes' project), floor 2, spot then on-demand."""
+    import main
+
+    raw = fleet_raw(IMAGE)
+    raw["gcp"] = {**raw["gcp"], "project": PROJECT}
+    raw["stacks"]["fleet"]["fleet"] = {"provisioning": ["spot", "ondemand"], "min_replicas": 2,
+                                       "max_replicas": 4}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fleet_bundle, "render_objects", lambda d, **_: objects(IMAGE, 1))
+        d = from_raw(raw).deployments["fleet"]
+        outdir = tmp_path_factory.mktemp("fleet-preflight")
+        main.build_app({"fleet": d}, outdir=str(outdir)).synth()
+    return json.loads((outdir / "stacks/fleet/cdk.tf.json").read_text())
+
+
+@pytest.fixture
+def cloud() -> Iterator[dict[str, Any]]:
+    """Fake Compute, Container and Service Usage APIs where the fleet has all it needs."""
+    with fleet_cloud() as fakes:
+        yield fakes
+
+
+def test_the_fleet_preflight_fails_the_plan_one_line_per_failure(
+        preflight_doc, cloud, kube: Kube, env, tmp_path: Path) -> None:
+    """No quota for the floor and an API off: Terraform's plan stops at the data source, with
+    one line for each, before anything exists."""
+    cloud["compute"].set_quota(REGION, SPOT, 1, 0)
+    cloud["usage"].enabled.discard("networkservices.googleapis.com")
+    tf = OfflineStack(tmp_path, "fleet", {**env, **cloud["env"]})
+    tf.use(offline(preflight_doc, keep_data=("fleet_preflight",)))
+    failed = tf.apply(ok=False)
+    assert failed.returncode == 1 and failed.stdout == ""
+    lines = failed.stderr.splitlines()
+    assert len(lines) == 2, failed.stderr
+    assert lines[0].startswith("tpuserve: API networkservices.googleapis.com is not proven "
+                               "enabled")
+    assert lines[1].startswith(f"tpuserve: quota {SPOT} in {REGION} leaves 1 chip")
+    assert kube.calls() == []
+    assert not (tf.dir / "terraform.tfstate").exists()
+
+
+def test_the_fleet_preflight_passes_with_everything_proven(
+        preflight_doc, cloud, env, tmp_path: Path) -> None:
+    tf = OfflineStack(tmp_path, "fleet", {**env, **cloud["env"]})
+    tf.use(offline(preflight_doc, keep_data=("fleet_preflight",)))
+    results, failed = tf.read_data()
+    assert failed is None
+    assert results == {"fleet_preflight": {"fleet": "ok", "warnings": "0", "warning_text": ""}}

@@ -11,10 +11,12 @@ import kubernetes_validate
 import pytest
 
 from tests.render.fleet.conftest import fleet_deployment
+from tpuserve.gcp.fleet_check import MIN_MASTER_VERSION
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render import fleet_bundle as fb
 
-K8S_VERSION = "1.33"
+# The fleet cluster's floor's minor (its min_master_version): 1.34.
+K8S_VERSION = ".".join(MIN_MASTER_VERSION.split(".")[:2])
 # ../shared/k8s-schemas beside the checkout; a git worktree under ../wt/ looks one level up.
 SCHEMAS = next((p for p in (REPO_ROOT.parent / "shared" / "k8s-schemas",
                             REPO_ROOT.parent.parent / "shared" / "k8s-schemas") if p.is_dir()),
