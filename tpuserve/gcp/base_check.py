@@ -404,7 +404,8 @@ def teardown(environ: Mapping[str, str], stdout: IO[str], stderr: IO[str],
               "destroyed)", file=stderr)
         return 0
     print(f"tpuserve: the base of {where} was NOT destroyed: {resources} of its serving "
-          f"stacks are still up; destroy them first (commands above), or set {ENV_FORCE}=1 to "
+          f"stacks {'is' if n == 1 else 'are'} still up; destroy them first (commands above), "
+          f"or set {ENV_FORCE}=1 to "
           "destroy the base anyway", file=stderr)
     return 1
 
@@ -419,7 +420,8 @@ USAGE = f"""usage: {PROG} preflight|teardown
   teardown   the base's destroy guard: ${ENV_PROJECT}, ${ENV_DEPLOYMENT}, ${ENV_REGION}
              (${ENV_FORCE}=1: warn instead of refusing)
 
-Exit: 0 ok; 1 base missing / serving stacks up / API error (one line on stderr); 2 bad input."""
+Exit: 0 ok; 1 base missing / serving stacks up / an answer that proves nothing / API error
+(one line on stderr); 2 bad input."""
 
 
 def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
