@@ -32,6 +32,7 @@ requests instead. Point code at it with `CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAIN
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -100,7 +101,8 @@ class Cluster:
         }
         if self.labels:
             out["resourceLabels"] = dict(self.labels)
-            out["labelFingerprint"] = f"{abs(hash(tuple(sorted(self.labels.items())))):016x}"[:16]
+            digest = hashlib.sha256(json.dumps(self.labels, sort_keys=True).encode())
+            out["labelFingerprint"] = digest.hexdigest()[:16]
         return out
 
 
