@@ -214,3 +214,17 @@ def full_import_synth() -> Iterator[tuple[dict[str, object], Path]]:
         yield json.loads(out.strip().splitlines()[-1]), outdir / "cdktf.out"
     finally:
         shutil.rmtree(outdir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fake_answers_match_their_documents() -> Iterator[None]:
+    """A fake's answer its discovery document refuses fails the test it ran in, even where the
+    code under test survived the fake's 500 (tests/fakes/discovery.py)."""
+    from tests.fakes.discovery import violation_mark, violations_since
+
+    mark = violation_mark()
+    yield
+    found = violations_since(mark)
+    if found:
+        pytest.fail("a fake answered what its discovery document refuses:\n  "
+                    + "\n  ".join(found[:5]), pytrace=False)
