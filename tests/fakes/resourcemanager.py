@@ -2,8 +2,9 @@
 
   GET /v1/projects/PROJECT_ID
 answers the Project {"projectNumber", "projectId", "lifecycleState", "name", "createTime"}
-(cloudresourcemanager.v1 discovery document) with `Authorization: Bearer <token>`, and
-google.rpc.Status errors otherwise: 401 UNAUTHENTICATED; 403 PERMISSION_DENIED "The caller
+with `Authorization: Bearer <token>` (requests and answers checked against the
+cloudresourcemanager.v1 discovery document, tests/fakes/discovery.py), and google.rpc.Status
+errors otherwise: 401 UNAUTHENTICATED; 403 PERMISSION_DENIED "The caller
 does not have permission" for any other project (the real API answers 403, not 404, for a
 project the caller cannot see) or when "resourcemanager.projects.get" is in `denied`.
 Faults (`fail_next`, `answer_next`) answer the next requests instead. Point code at it with
@@ -20,13 +21,10 @@ from collections.abc import Mapping
 from werkzeug import Request, Response
 
 from .container import error, error_info
+from .discovery import Discovery, guarded
 from .metadata import FaultQueue, LoopbackServer
 
 _GET = re.compile(r"/v1/projects/([^/:]+)")
-STANDARD_PARAMETERS = frozenset({
-    "$.xgafv", "access_token", "alt", "callback", "fields", "key", "oauth_token",
-    "prettyPrint", "quotaUser", "upload_protocol", "uploadType",
-})
 
 
 class FakeResourceManager:
@@ -40,6 +38,7 @@ class FakeResourceManager:
         self.calls: list[str] = []  # request paths
         self.faults = FaultQueue()
         self._lock = threading.Lock()
+        self._answer = guarded(Discovery.load("cloudresourcemanager", "v1"), self._get)
         self.server = LoopbackServer(self._handle)
 
     @property
@@ -73,13 +72,12 @@ class FakeResourceManager:
         faulted = self.faults.take(request)
         if faulted is not None:
             return faulted
+        return self._answer(request)  # checked against cloudresourcemanager.v1's document
+
+    def _get(self, request: Request) -> Response:
         m = _GET.fullmatch(request.path)
-        if not m or request.method != "GET":
+        if not m or request.method != "GET":  # the document routes only projects.get here
             return error(404, "NOT_FOUND", f"Method not found: {request.method} {request.path}")
-        unknown = sorted(set(request.args) - STANDARD_PARAMETERS)
-        if unknown:
-            return error(400, "INVALID_ARGUMENT", f'Invalid JSON payload received. Unknown '
-                         f'name "{unknown[0]}": Cannot bind query parameter.')
         if m.group(1) != self.project or "resourcemanager.projects.get" in self.denied:
             return error(403, "PERMISSION_DENIED", "The caller does not have permission",
                          [error_info("IAM_PERMISSION_DENIED",
