@@ -467,6 +467,8 @@ EMPTY_ZONE = f"/v2/projects/{PROJECT}/locations/us-east1-c/nodes"
     (200, '"ok"', {}, "200 OK: the answer is a string, not a JSON object: it proves nothing"),
     (200, '{"nodes": [null]}', {}, "200 OK: the answer's 'nodes' holds null, not an object"),
     (200, '{"nodes": {}}', {}, "200 OK: the answer's 'nodes' is an object, not a list"),
+    (200, '{"unreachable": ""}', {}, ("200 OK: the answer names unreachable location(s) a "
+     "string: the list may be incomplete")),
     (200, '{"nextPageToken": 7}', {}, ("200 OK: the answer's nextPageToken is a number, not "
      "a string")),
     (302, "", {"Location": "LOOPBACK" + EMPTY_ZONE},

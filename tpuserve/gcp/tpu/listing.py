@@ -36,7 +36,7 @@ def pages(api: GoogleApi, path: str, key: str, *, action: str,
             params["pageToken"] = token
         answer = api.request("GET", path, params=params, action=action)
         unreachable = answer.get("unreachable", [])
-        if unreachable:
+        if unreachable != []:  # anything but none (an empty string included) is not "none"
             named = (", ".join(map(str, unreachable)) if isinstance(unreachable, list)
                      else json_kind(unreachable))
             raise UnprovenAnswer(200, f"the answer names unreachable location(s) {named}: the "
