@@ -263,7 +263,8 @@ def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str],
 
 @dataclass(frozen=True)
 class Survivor:
-    """A TPU resource of a serving stack of this deployment that is still there."""
+    """A resource of a serving stack of this deployment that is still there (a TPU node or
+    queued resource, or a fleet's GKE cluster)."""
 
     kind: str  # "node", "queued resource" or "GKE cluster"
     name: str
@@ -405,8 +406,7 @@ def teardown(environ: Mapping[str, str], stdout: IO[str], stderr: IO[str],
         return 0
     print(f"tpuserve: the base of {where} was NOT destroyed: {resources} of its serving "
           f"stacks {'is' if n == 1 else 'are'} still up; destroy them first (commands above), "
-          f"or set {ENV_FORCE}=1 to "
-          "destroy the base anyway", file=stderr)
+          f"or set {ENV_FORCE}=1 to destroy the base anyway", file=stderr)
     return 1
 
 
