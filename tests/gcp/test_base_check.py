@@ -400,7 +400,7 @@ def test_teardown_names_a_resource_without_a_stack_label(cloud) -> None:
 # answer below proves nothing: one line naming it, exit 1 (TPUSERVE_BASE_FORCE=1: a warning).
 
 NOT_DESTROYED = (f"the base of deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) was "
-                 "NOT destroyed: nothing proves that no other serving stack is up (set "
+                 "NOT destroyed: nothing proves that no serving stack is up (set "
                  "TPUSERVE_BASE_FORCE=1 to destroy it anyway)")
 NODES_A = f"list nodes in projects/{PROJECT}/locations/us-west4-a"
 LOCATIONS = f"list TPU locations of project {PROJECT}"
@@ -595,7 +595,8 @@ def test_preflight_with_nothing_to_check_fails(cloud) -> None:
                          json.dumps(query(secrets="", buckets=" ,", service_accounts="")))
     assert code == 2 and out == ""
     assert one_line(err) == ("tpuserve: preflight: the query names no secrets, buckets, "
-                             "service_accounts: nothing checked proves no base")
+                             "service_accounts: with nothing checked, nothing proves the base is "
+                             "there")
 
 
 def _answer(status: int, body: str, headers: dict[str, str] | None = None) -> Response:
@@ -662,3 +663,18 @@ def test_preflight_names_the_consumer_of_a_disabled_api_it_cannot_prove(base) ->
         f"tpuserve: preflight: get secret {SECRETS[0]}: 403 PERMISSION_DENIED: "
         "secretmanager.googleapis.com says it is not enabled (SERVICE_DISABLED) for consumer "
         f"projects/987654321098, which is not provably project '{PROJECT}'")
+
+
+def test_teardown_names_what_it_found_and_what_it_could_not_prove(cloud) -> None:
+    cloud["tpu"].seed_node(PROJECT, "us-west4-a", "tpuserve-spot",
+                           labels={**OURS, "stack": "spot"})
+    cloud["gke"].missing_zones.add("us-west4-a")
+    code, out, err = run(["teardown"], teardown_env(cloud))
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        f"tpuserve: {EXPECTED[1]}",
+        (f"tpuserve: teardown: {CLUSTERS}: 200 OK: the answer says zone(s) us-west4-a of "
+         f"{REGION} did not answer (missingZones): the list may be missing their clusters; "
+         f"the base of deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) was NOT "
+         "destroyed: 1 resource(s) of its serving stacks are up, and nothing proves that no "
+         "other serving stack is up (set TPUSERVE_BASE_FORCE=1 to destroy it anyway)")]

@@ -153,7 +153,7 @@ def parse_query(text: str) -> Query:
         names[kind.key] = list(dict.fromkeys(items))
     if not any(names.values()):
         raise UsageError(f"preflight: the query names no {', '.join(k.key for k in KINDS)}: "
-                         "nothing checked proves no base")
+                         "with nothing checked, nothing proves the base is there")
     return Query(project, deployment, region, " ".join(query["base_command"].split()), names)
 
 
@@ -384,10 +384,10 @@ def teardown(environ: Mapping[str, str], stdout: IO[str], stderr: IO[str],
             print(f"tpuserve: warning: could not list the serving stacks of {where} to the "
                   f"end ({why}); {ENV_FORCE}=1: destroying the base anyway", file=stderr)
             return 0
-        up = f"{len(found)} resource(s) of its serving stacks are up, and " if found else ""
-        print(f"tpuserve: teardown: {why}; the base of {where} was NOT destroyed: {up}nothing "
-              f"proves that no other serving stack is up (set {ENV_FORCE}=1 to destroy it "
-              "anyway)", file=stderr)
+        up = (f"{len(found)} resource(s) of its serving stacks are up, and nothing proves "
+              "that no other" if found else "nothing proves that no")
+        print(f"tpuserve: teardown: {why}; the base of {where} was NOT destroyed: {up} serving "
+              f"stack is up (set {ENV_FORCE}=1 to destroy it anyway)", file=stderr)
         return 1
     if not found:
         off = (f" ({' and '.join(seen.off)} {'is' if len(seen.off) == 1 else 'are'} not "
