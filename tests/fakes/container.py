@@ -17,9 +17,10 @@ answers the ServerConfig {"defaultClusterVersion", "validMasterVersions", "valid
 "validVersions", "upgradeTargetVersion"}]} from `channels` (versions: illustrative, not
 measured; a test sets what it needs).
 
-Query parameters: the method's own (`projectId`, `zone`: deprecated, accepted) and Google's
-standard ones; anything else is a 400 INVALID_ARGUMENT "Cannot bind query parameter", as
-Google's front end answers. Every request needs `Authorization: Bearer <token>` (401
+Every request is checked against container.v1's discovery document (tests/fakes/discovery.py:
+method, path, query parameters; an unknown one is a 400 INVALID_ARGUMENT "Cannot bind query
+parameter"; an unknown path the front end's HTML 404), and so is every answer but the faults a
+test queues. Every request needs `Authorization: Bearer <token>` (401
 otherwise). Errors are google.rpc.Status JSON ({"error": {"code", "message", "status",
 "details"}}): 403 PERMISSION_DENIED with an ErrorInfo for another project or a permission in
 `denied`; `disabled = True`: 403 SERVICE_DISABLED ("Kubernetes Engine API has not been used in
@@ -32,6 +33,7 @@ requests instead. Point code at it with `CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAIN
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -41,6 +43,7 @@ from typing import Any
 
 from werkzeug import Request, Response
 
+from .discovery import Discovery, guarded
 from .metadata import FaultQueue, LoopbackServer
 
 PROJECT_NUMBER = "123456789012"
@@ -49,12 +52,6 @@ _LIST = re.compile(r"/v1/projects/([^/]+)/locations/([^/]+)/clusters")
 _CONFIG = re.compile(r"/v1/projects/([^/]+)/locations/([^/]+)/serverConfig")
 _ZONE_RE = re.compile(r"([a-z]+(?:-[a-z]+)*\d+)-[a-z]")
 _REGION_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+")
-# Google's standard query parameters (every discovery document's `parameters`).
-STANDARD_PARAMETERS = frozenset({
-    "$.xgafv", "access_token", "alt", "callback", "fields", "key", "oauth_token",
-    "prettyPrint", "quotaUser", "upload_protocol", "uploadType",
-})
-METHOD_PARAMETERS = frozenset({"projectId", "zone"})  # both methods: deprecated, accepted
 STATUSES = frozenset({"STATUS_UNSPECIFIED", "PROVISIONING", "RUNNING", "RECONCILING",
                       "STOPPING", "ERROR", "DEGRADED"})
 CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
@@ -100,7 +97,8 @@ class Cluster:
         }
         if self.labels:
             out["resourceLabels"] = dict(self.labels)
-            out["labelFingerprint"] = f"{abs(hash(tuple(sorted(self.labels.items())))):016x}"[:16]
+            digest = hashlib.sha256(json.dumps(self.labels, sort_keys=True).encode())
+            out["labelFingerprint"] = digest.hexdigest()[:16]
         return out
 
 
@@ -125,8 +123,10 @@ class FakeContainer:
         self._lock = threading.Lock()
         self._ids = 0
         self.server = LoopbackServer(self._handle)
-        # guarded by the discovery document when it is there (tests/fakes/discovery.py)
-        self._answer: Callable[[Request], Response] = self._route
+        # Requests and answers checked against container.v1's discovery document; the faults
+        # a test queues (taken before it) are answered as they are.
+        self._answer: Callable[[Request], Response] = guarded(Discovery.load("container", "v1"),
+                                                              self._route)
 
     @property
     def endpoint(self) -> str:
@@ -220,14 +220,9 @@ class FakeContainer:
             m = pattern.fullmatch(request.path)
             if not m:
                 continue
-            if request.method != method:
-                return error(405, "", "Method Not Allowed")  # the front end's answer
-            unknown = sorted(set(request.args) - STANDARD_PARAMETERS - METHOD_PARAMETERS)
-            if unknown:
-                return error(400, "INVALID_ARGUMENT", f'Invalid JSON payload received. Unknown '
-                             f'name "{unknown[0]}": Cannot bind query parameter. Field '
-                             f"'{unknown[0]}' could not be found in request message.",
-                             [bad_request(unknown[0], "Cannot bind query parameter")])
+            if request.method != method:  # another method of the document (a create)
+                return error(501, "UNIMPLEMENTED", f"fake: {request.method} {request.path} is "
+                             "a method this fake does not serve")
             project, location = m.group(1), m.group(2)
             if self.disabled:
                 return service_disabled(self.consumer_number)
@@ -304,11 +299,6 @@ def error_info(reason: str, metadata: Mapping[str, str], domain: str = "googleap
                ) -> dict[str, Any]:
     return {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
             "domain": domain, "metadata": dict(metadata)}
-
-
-def bad_request(field_name: str, description: str) -> dict[str, Any]:
-    return {"@type": "type.googleapis.com/google.rpc.BadRequest",
-            "fieldViolations": [{"field": field_name, "description": description}]}
 
 
 def error(code: int, status: str, message: str,

@@ -92,3 +92,21 @@ def test_faults_answer_the_next_requests(gke) -> None:
     assert _get(gke, path).json()["error"]["status"] == "UNAVAILABLE"
     assert _get(gke, path).json() == {}
     assert [c.status for c in gke.calls_of("clusters")] == [302, 200, 503, 200]
+
+
+def test_requests_and_answers_are_checked_against_the_discovery_document(gke) -> None:
+    from tests.fakes.discovery import Discovery
+
+    path = f"v1/projects/{PROJECT}/locations/-/clusters"
+    wrong = requests.post(f"{gke.endpoint}{path}", headers={"Authorization": f"Bearer {TOKEN}"},
+                          timeout=5)  # clusters.create is POST .../clusters with a body
+    assert wrong.status_code == 501 and wrong.json()["error"]["status"] == "UNIMPLEMENTED"
+    assert _get(gke, f"v1/projects/{PROJECT}/clusters").status_code == 404  # no such method
+    assert "text/html" in _get(gke, f"v1/projects/{PROJECT}/clusters").headers["Content-Type"]
+    gke.add_cluster("us-west4-a", "odd").status = "SLEEPING"  # not in Cluster.status's enum
+    doc = Discovery.load("container", "v1")
+    before = len(doc.violations)
+    refused = _get(gke, path)
+    assert refused.status_code == 500 and "Cluster" in refused.json()["error"]["message"]
+    assert len(doc.violations) == before + 1
+    del doc.violations[before:]  # seen: not a failure of this test

@@ -166,8 +166,8 @@ could not complete your request.<p>Please try again in 30 seconds. <ins>That's a
 class Fault:
     """One entry of the fault queue: what the next `times` matching requests get instead of an
     answer. kind: "error" (the API's error JSON), "html" (the front end's HTML page), "drop"
-    (the connection is closed without an answer) or "stall" (the answer starts, then no byte
-    comes for `seconds`)."""
+    (the connection is closed without an answer), "stall" (the answer starts, then no byte
+    comes for `seconds`) or "raw" (exactly `raw`: status, body, headers)."""
 
     kind: str
     method: str | None
@@ -176,6 +176,7 @@ class Fault:
     error: ApiFault | None = None
     seconds: float = 0.0
     skip: int = 0  # matching requests answered normally before this fault starts
+    raw: tuple[int, bytes, dict[str, str]] | None = None
 
     def matches(self, request: Request) -> bool:
         return (self.method is None or self.method == request.method) and (
@@ -422,6 +423,9 @@ class FakeTpuApi:
         self._patch_errors: list[dict[str, Any]] = []
         self._afters: list[tuple[Fault, Callable[[], None]]] = []
         self._patch_hooks: list[Callable[[], None]] = []
+        # Zones whose nodes.list / queuedResources.list answers leave their items out and name
+        # the zone in `unreachable` ("Locations that could not be reached", tpu v2/v2alpha1).
+        self.unreachable: set[str] = set()
         # How many reads of a nodes.patch operation answer done=false before it is applied
         # (the change lands when the operation is done, as the real API reports it).
         self.patch_reads_until_done = 1
@@ -601,6 +605,16 @@ class FakeTpuApi:
         `seconds` (a client's read timeout fires first), then the rest."""
         self._queue(Fault("stall", method, path_contains, times, seconds=seconds))
 
+    def answer_next(self, status: int, body: bytes | str = b"", *,
+                    headers: Mapping[str, str] | None = None, method: str | None = None,
+                    path_contains: str | None = None, times: int = 1) -> None:
+        """The next matching requests get exactly this answer (an empty 200, `null`, `[]`, a
+        302 with a Location: what a proxy or a broken front end may send)."""
+        data = body.encode() if isinstance(body, str) else body
+        self._queue(Fault("raw", method, path_contains, times,
+                          raw=(status, data, {"Content-Type": "application/json",
+                                              **(headers or {})})))
+
     def _queue(self, fault: Fault) -> None:
         with self._lock:
             self._faults.append(fault)
@@ -764,6 +778,10 @@ class FakeTpuApi:
             if fault is not None and fault.kind == "error":
                 assert fault.error is not None
                 raise fault.error
+            if fault is not None and fault.kind == "raw":
+                assert fault.raw is not None
+                status, data, headers = fault.raw
+                return Response(data, status, headers=headers)
             if fault is not None and fault.kind == "html":
                 assert fault.error is not None
                 code = fault.error.code
@@ -912,6 +930,8 @@ class FakeTpuApi:
     def _h_list_qrs(self, g: dict[str, str], request: Request, body: Any,
                     ) -> tuple[int, dict[str, Any]]:
         parent = f"projects/{g['project']}/locations/{g['zone']}/"
+        if g["zone"] in self.unreachable:
+            return 200, {"unreachable": [g["zone"]]}
         items = [r.json() for n, r in sorted(self.queued_resources.items())
                  if n.startswith(parent)]
         return 200, _page(items, "queuedResources", request)
@@ -966,6 +986,8 @@ class FakeTpuApi:
     def _h_list_nodes(self, g: dict[str, str], request: Request, body: Any,
                       ) -> tuple[int, dict[str, Any]]:
         parent = f"projects/{g['project']}/locations/{g['zone']}/"
+        if g["zone"] in self.unreachable:
+            return 200, {"unreachable": [g["zone"]]}
         items = [n.json(g["v"]) for name, n in sorted(self.nodes.items())
                  if name.startswith(parent)]
         return 200, _page(items, "nodes", request)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.gcp.tpu_support import REF
 from tpuserve.gcp import endpoints
+from tpuserve.gcp.api import GoogleApi
 from tpuserve.gcp.credentials import authorized_session
 from tpuserve.gcp.endpoints import api_root
 from tpuserve.gcp.errors import ApiError, CredentialsError
@@ -67,3 +68,45 @@ def test_credentials_token_variable_else_adc(monkeypatch) -> None:
     with pytest.raises(CredentialsError) as err:
         authorized_session({})
     assert "application-default login" in str(err.value) and "\n" not in str(err.value)
+
+
+# An answer proves only what it says: the edge returns JSON objects, nothing else.
+
+def _edge(api: Any, clock: Any) -> GoogleApi:
+    return GoogleApi("tpu", "https://tpu.googleapis.com/", environ=api.environ(),
+                     clock=clock, sleep=clock.sleep)
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("", "200 OK: the answer is empty: it proves nothing"),
+    ("null", "200 OK: the answer is null, not a JSON object: it proves nothing"),
+    ("[]", "200 OK: the answer is a list, not a JSON object: it proves nothing"),
+    ('"done"', "200 OK: the answer is a string, not a JSON object: it proves nothing"),
+    ("7", "200 OK: the answer is a number, not a JSON object: it proves nothing"),
+])
+def test_an_answer_that_is_not_an_object_is_an_error(api, clock, body, said) -> None:
+    api.answer_next(200, body)
+    with pytest.raises(ApiError) as err:
+        _edge(api, clock).request("GET", f"v2alpha1/{REF.name}", action="get it")
+    assert str(err.value) == f"get it: {said}"
+    assert len(api.calls("GET")) == 1 and clock.slept == []  # not retried: not transient
+
+
+def test_an_empty_answer_is_empty_only_where_the_method_documents_it(api, clock) -> None:
+    api.answer_next(204, "")
+    assert _edge(api, clock).request("DELETE", f"v2alpha1/{REF.name}", empty_ok=True) == {}
+    api.answer_next(200, "null")  # empty_ok is about an empty body, not about other JSON
+    with pytest.raises(ApiError, match="the answer is null"):
+        _edge(api, clock).request("DELETE", f"v2alpha1/{REF.name}", empty_ok=True)
+
+
+def test_a_redirect_is_not_followed(api, clock) -> None:
+    target = f"{api.url}v2alpha1/projects/p/locations/z/queuedResources?token=secret"
+    api.answer_next(302, "", headers={"Location": target})
+    with pytest.raises(ApiError) as err:
+        _edge(api, clock).request("GET", f"v2alpha1/{REF.name}", action="get it")
+    host = api.url.split("/")[2]
+    assert str(err.value) == (
+        f"get it: 302 FOUND: the answer is a redirect (to {host}), not an API answer; "
+        "redirects are not followed -> check the endpoint override and any proxy in between")
+    assert [r.path for r in api.calls()] == [f"/v2alpha1/{REF.name}"]

@@ -1,6 +1,7 @@
 """`python -m tpuserve.base_check`: the serving stacks' plan-time preflight (is the base
 there?) and the base's destroy guard (are serving stacks still up?), against the fake Secret
-Manager, Cloud Storage, IAM and TPU APIs; in-process, and as Terraform runs them."""
+Manager, Cloud Storage, IAM, TPU, Container and Resource Manager APIs; in-process, and as
+Terraform runs them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from werkzeug import Response
 
+from tests.fakes.container import FakeContainer, service_disabled
 from tests.fakes.iam import FakeIam
+from tests.fakes.resourcemanager import FakeResourceManager
 from tests.fakes.secretmanager import FakeSecretManager
 from tests.fakes.storage import FakeStorage
 from tests.fakes.tpu_api import FakeTpuApi, flex_body
@@ -23,6 +27,7 @@ from tpuserve.paths import REPO_ROOT
 
 TOKEN = "ya29.fake-base-token"
 PROJECT, DEPLOYMENT, REGION = "proj-test-1", "tpuserve", "us-west4"
+NUMBER = "123456789012"  # the project's number (the fakes' PROJECT_NUMBER)
 SECRETS = ["tpuserve-hf-token", "tpuserve-api-key"]
 CACHE, WEIGHTS = f"{PROJECT}-tpuserve-xla-cache", f"{PROJECT}-tpuserve-weights"
 NODE_SA = f"tpuserve-node@{PROJECT}.iam.gserviceaccount.com"
@@ -31,21 +36,26 @@ GUARD_SA = f"tpuserve-guard@{PROJECT}.iam.gserviceaccount.com"
 
 @pytest.fixture
 def cloud() -> Iterator[dict[str, Any]]:
-    """The four fakes, empty, and the environment that points the edge at them."""
+    """The six fakes, empty, and the environment that points the edge at them."""
     sm = FakeSecretManager(project=PROJECT, access_token=TOKEN).start()
     storage = FakeStorage(bucket=CACHE, access_token=TOKEN).start()
     iam = FakeIam(project=PROJECT, access_token=TOKEN).start()
     tpu = FakeTpuApi(token=TOKEN).start()
+    gke = FakeContainer(project=PROJECT, access_token=TOKEN, project_number=NUMBER).start()
+    crm = FakeResourceManager(project=PROJECT, number=NUMBER, access_token=TOKEN).start()
     env = {
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": sm.endpoint,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": storage.endpoint,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM": iam.endpoint,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu.url,
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER": gke.endpoint,
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDRESOURCEMANAGER": crm.endpoint,
         "CLOUDSDK_AUTH_ACCESS_TOKEN": TOKEN,
         "TPUSERVE_TIME_SCALE": "0",
     }
-    yield {"sm": sm, "storage": storage, "iam": iam, "tpu": tpu, "env": env}
-    for fake in (sm, storage, iam, tpu):
+    yield {"sm": sm, "storage": storage, "iam": iam, "tpu": tpu, "gke": gke, "crm": crm,
+           "env": env}
+    for fake in (sm, storage, iam, tpu, gke, crm):
         fake.stop()
 
 
@@ -334,14 +344,23 @@ def test_teardown_api_errors_are_one_line(cloud) -> None:
     assert one_line(err).startswith("tpuserve: warning: could not list the serving stacks")
 
 
-def test_teardown_with_the_tpu_api_disabled_lets_the_base_go(cloud) -> None:
-    cloud["tpu"].fail_next(403, "PERMISSION_DENIED", "Cloud TPU API has not been used in "
-                           "project 123456789012 before or it is disabled. Enable it by "
-                           "visiting https://console.developers.google.com/apis/api/tpu."
-                           "googleapis.com/overview?project=123456789012 then retry.")
+def tpu_disabled(tpu: FakeTpuApi, consumer: str) -> None:
+    """The TPU API's SERVICE_DISABLED (ErrorInfo with its consumer) on its next request."""
+    tpu.answer_next(403, disabled_body(consumer, "tpu.googleapis.com", "Cloud TPU API"))
+
+
+def disabled_body(consumer: str, service: str, title: str) -> bytes:
+    return service_disabled(consumer, service=service, title=title).get_data()
+
+
+@pytest.mark.parametrize("consumer", [NUMBER, PROJECT])
+def test_teardown_with_the_tpu_api_disabled_lets_the_base_go(cloud, consumer) -> None:
+    tpu_disabled(cloud["tpu"], consumer)  # by number (read from Resource Manager), or by id
     code, out, err = run(["teardown"], teardown_env(cloud))
     assert (code, err) == (0, "")
-    assert "the TPU API is not enabled in project 'proj-test-1'" in out
+    assert out == ("tpuserve: no serving stack of deployment 'tpuserve' in us-west4 (the TPU "
+                   "API is not enabled in project 'proj-test-1'): the base may go\n")
+    assert cloud["crm"].calls == ([f"/v1/projects/{PROJECT}"] if consumer == NUMBER else [])
 
 
 @pytest.mark.parametrize(("over", "message"), [
@@ -356,8 +375,9 @@ def test_teardown_bad_environment_is_one_line_exit_2(cloud, over, message) -> No
 
 
 def test_preflight_with_an_api_disabled_counts_its_resources_missing(base) -> None:
-    base["sm"].fail_next_get(403, "PERMISSION_DENIED", "Secret Manager API has not been used "
-                             "in project 123456789012 before or it is disabled.", times=2)
+    body = disabled_body(NUMBER, "secretmanager.googleapis.com", "Secret Manager API")
+    base["sm"].faults.add(lambda r: True, lambda: Response(body, 403,
+                                                           mimetype="application/json"), 2)
     code, out, err = run(["preflight"], base["env"], json.dumps(query()))
     assert code == 1 and out == ""
     assert ("missing secret tpuserve-hf-token, tpuserve-api-key (not enabled in the project: "
@@ -372,3 +392,289 @@ def test_teardown_names_a_resource_without_a_stack_label(cloud) -> None:
         f"tpuserve: a serving stack's node projects/{PROJECT}/locations/us-west4-b/nodes/"
         "tpuserve-lost (READY) has no stack label; remove it with `gcloud compute tpus tpu-vm "
         "delete tpuserve-lost --zone us-west4-b`")
+
+
+# ----------------------------------------------------------------------------- what proves
+# Teardown lets the base go only on positive proof that nothing of the deployment is in the
+# region; preflight lets a stack deploy only on proof that each base item is there. Every
+# answer below proves nothing: one line naming it, exit 1 (TPUSERVE_BASE_FORCE=1: a warning).
+
+NOT_DESTROYED = (f"the base of deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) was "
+                 "NOT destroyed: nothing proves that no serving stack is up (set "
+                 "TPUSERVE_BASE_FORCE=1 to destroy it anyway)")
+NODES_A = f"list nodes in projects/{PROJECT}/locations/us-west4-a"
+LOCATIONS = f"list TPU locations of project {PROJECT}"
+CLUSTERS = f"list GKE clusters of project {PROJECT}"
+
+
+def refused(cloud: dict[str, Any]) -> str:
+    """The one line of a refused teardown (the base stays), without NOT_DESTROYED."""
+    code, out, err = run(["teardown"], teardown_env(cloud))
+    assert code == 1 and out == ""
+    line = one_line(err)
+    assert line.startswith("tpuserve: teardown: ") and line.endswith(f"; {NOT_DESTROYED}")
+    return line[len("tpuserve: teardown: "):-len(f"; {NOT_DESTROYED}")]
+
+
+def test_teardown_refuses_service_disabled_for_another_consumer(cloud) -> None:
+    """The caller's quota project has the API off: that says nothing about the base's."""
+    tpu_disabled(cloud["tpu"], "987654321098")
+    assert refused(cloud) == (
+        f"{LOCATIONS}: 403 PERMISSION_DENIED: tpu.googleapis.com says it is not enabled "
+        "(SERVICE_DISABLED) for consumer projects/987654321098, which is not provably project "
+        f"'{PROJECT}' (project '{PROJECT}' is number {NUMBER}); that consumer may be the "
+        "caller's quota project (gcloud config get billing/quota_project, or the "
+        "application-default credentials' quota project), so it proves nothing about project "
+        f"'{PROJECT}'")
+
+
+@pytest.mark.parametrize(("steer", "why"), [
+    (lambda c: c["crm"].denied.add("resourcemanager.projects.get"),
+     (f"project '{PROJECT}''s number could not be read (403 PERMISSION_DENIED from Cloud "
+     "Resource Manager)")),
+    (lambda c: c["crm"].answer_next(200, "{}"),
+     f"project '{PROJECT}''s number could not be read (200 OK from Cloud Resource Manager)"),
+])
+def test_teardown_refuses_a_consumer_number_it_cannot_check(cloud, steer, why) -> None:
+    steer(cloud)
+    tpu_disabled(cloud["tpu"], NUMBER)
+    line = refused(cloud)
+    assert f"consumer projects/{NUMBER}, which is not provably project '{PROJECT}' ({why})" in line
+
+
+def test_teardown_refuses_a_disabled_api_said_in_words_only(cloud) -> None:
+    """"has not been used in project N" without an ErrorInfo names no consumer."""
+    cloud["tpu"].fail_next(403, "PERMISSION_DENIED", f"Cloud TPU API has not been used in "
+                           f"project {NUMBER} before or it is disabled.")
+    assert ("consumer none named, which is not provably project 'proj-test-1' (the answer "
+            "carries no ErrorInfo SERVICE_DISABLED naming its consumer)") in refused(cloud)
+
+
+def test_teardown_refuses_a_list_with_unreachable_locations(cloud) -> None:
+    cloud["tpu"].unreachable.add("us-west4-a")
+    assert refused(cloud) == (f"{NODES_A}: 200 OK: the answer names unreachable location(s) "
+                              "us-west4-a: the list may be incomplete")
+
+
+# A redirect to an empty zone's list: followed, it would answer `{}` (nothing there).
+EMPTY_ZONE = f"/v2/projects/{PROJECT}/locations/us-east1-c/nodes"
+
+
+@pytest.mark.parametrize(("status", "body", "headers", "said"), [
+    (200, "", {}, "200 OK: the answer is empty: it proves nothing"),
+    (200, "null", {}, "200 OK: the answer is null, not a JSON object: it proves nothing"),
+    (200, "[]", {}, "200 OK: the answer is a list, not a JSON object: it proves nothing"),
+    (200, '"ok"', {}, "200 OK: the answer is a string, not a JSON object: it proves nothing"),
+    (200, '{"nodes": [null]}', {}, "200 OK: the answer's 'nodes' holds null, not an object"),
+    (200, '{"nodes": {}}', {}, "200 OK: the answer's 'nodes' is an object, not a list"),
+    (200, '{"unreachable": ""}', {}, ("200 OK: the answer names unreachable location(s) a "
+     "string: the list may be incomplete")),
+    (200, '{"nextPageToken": 7}', {}, ("200 OK: the answer's nextPageToken is a number, not "
+     "a string")),
+    (302, "", {"Location": "LOOPBACK" + EMPTY_ZONE},
+     ("302 FOUND: the answer is a redirect (to 127.0.0.1:PORT), not an API answer; redirects are "
+     "not followed -> check the endpoint override and any proxy in between")),
+])
+def test_teardown_refuses_tpu_answers_that_prove_nothing(cloud, status, body, headers,
+                                                         said) -> None:
+    tpu = cloud["tpu"]
+    port = tpu.url.split(":")[2].rstrip("/")
+    headers = {k: v.replace("LOOPBACK", f"http://127.0.0.1:{port}") for k, v in headers.items()}
+    tpu.answer_next(status, body, headers=headers, path_contains="/us-west4-a/nodes")
+    assert refused(cloud) == f"{NODES_A}: {said.replace('PORT', port)}"
+    assert not tpu.calls("GET", EMPTY_ZONE)  # the redirect was not followed
+
+
+def test_teardown_refuses_a_region_without_zones(cloud) -> None:
+    cloud["tpu"].locations = ("europe-west4-a", "us-central1-a")
+    assert refused(cloud) == (f"{LOCATIONS}: 200 OK: the TPU API's locations of project "
+                              f"{PROJECT} name no zone of region {REGION}: nothing proves what "
+                              "runs there")
+    cloud["tpu"].answer_next(200, "{}", path_contains="/locations")  # no locations at all
+    assert "name no zone of region us-west4" in refused(cloud)
+
+
+def test_teardown_refuses_while_the_fleet_cluster_is_up(cloud) -> None:
+    gke = cloud["gke"]
+    gke.add_cluster("us-west4-a", "tpuserve-fleet", labels={**OURS, "stack": "fleet"})
+    gke.add_cluster("us-west4", "tpuserve-lost", labels=OURS, status="PROVISIONING")
+    # another deployment's, another region's, not ours: ignored
+    gke.add_cluster("us-west4-b", "other-fleet", labels={**OURS, "deployment": "other"})
+    gke.add_cluster("europe-west4-a", "tpuserve-fleet", labels={**OURS, "stack": "fleet"})
+    gke.add_cluster("us-west4-a", "hand-made", labels={"deployment": DEPLOYMENT})
+    code, out, err = run(["teardown"], teardown_env(cloud))
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        (f"tpuserve: a serving stack's GKE cluster projects/{PROJECT}/locations/us-west4/"
+         "clusters/tpuserve-lost (PROVISIONING) has no stack label; remove it with `gcloud "
+         "container clusters delete tpuserve-lost --location us-west4`"),
+        (f"tpuserve: serving stack 'fleet' is still up: GKE cluster projects/{PROJECT}/"
+         "locations/us-west4-a/clusters/tpuserve-fleet (RUNNING); remove it with `cdktf "
+         "destroy fleet`"),
+        (f"tpuserve: the base of deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) "
+         "was NOT destroyed: 2 resources of its serving stacks are still up; destroy them "
+         "first (commands above), or set TPUSERVE_BASE_FORCE=1 to destroy the base anyway"),
+    ]
+    assert [c.path for c in gke.calls_of("clusters")] == [
+        f"/v1/projects/{PROJECT}/locations/-/clusters"]
+
+
+def test_teardown_refuses_while_a_zone_of_the_region_is_missing(cloud) -> None:
+    gke = cloud["gke"]
+    gke.missing_zones.add("europe-west4-a")  # another region's: no cluster of ours is there
+    code, _, err = run(["teardown"], teardown_env(cloud))
+    assert (code, err) == (0, "")
+    gke.missing_zones.add("us-west4-b")
+    assert refused(cloud) == (f"{CLUSTERS}: 200 OK: the answer says zone(s) us-west4-b of "
+                              f"{REGION} did not answer (missingZones): the list may be "
+                              "missing their clusters")
+
+
+@pytest.mark.parametrize(("status", "body", "said"), [
+    (200, "", "200 OK: the answer is empty: it proves nothing"),
+    (200, "null", "200 OK: the answer is null, not a JSON object: it proves nothing"),
+    (200, '{"clusters": [[]]}', "200 OK: the answer's 'clusters' holds a list, not an object"),
+    (200, '{"missingZones": "us-west4-a"}', ("200 OK: the answer's missingZones is a string "
+     "of something else than zone names")),
+    (200, '{"nextPageToken": "2"}', ("200 OK: the answer is paged (nextPageToken), which "
+     "clusters.list does not document: the other pages are unknown")),
+])
+def test_teardown_refuses_cluster_answers_that_prove_nothing(cloud, status, body,
+                                                             said) -> None:
+    cloud["gke"].answer_next(status, body)
+    assert refused(cloud) == f"{CLUSTERS}: {said}"
+
+
+def test_teardown_refuses_a_disabled_container_api_of_another_consumer(cloud) -> None:
+    cloud["gke"].disabled, cloud["gke"].consumer_number = True, "987654321098"
+    line = refused(cloud)
+    assert line.startswith(f"{CLUSTERS}: 403 PERMISSION_DENIED: container.googleapis.com says "
+                           "it is not enabled (SERVICE_DISABLED) for consumer "
+                           "projects/987654321098, which is not provably project")
+    cloud["gke"].consumer_number = NUMBER  # the base's own project: no cluster can exist
+    code, out, err = run(["teardown"], teardown_env(cloud))
+    assert (code, err) == (0, "")
+    assert "(the Kubernetes Engine API is not enabled in project 'proj-test-1')" in out
+
+
+def test_teardown_names_both_apis_when_neither_proves_anything(cloud) -> None:
+    cloud["tpu"].unreachable.add("us-west4-b")
+    cloud["gke"].answer_next(200, "[]")
+    assert refused(cloud) == (
+        f"list nodes in projects/{PROJECT}/locations/us-west4-b: 200 OK: the answer names "
+        f"unreachable location(s) us-west4-b: the list may be incomplete; {CLUSTERS}: 200 OK: "
+        "the answer is a list, not a JSON object: it proves nothing")
+
+
+@pytest.mark.parametrize("steer", [
+    lambda c: c["tpu"].unreachable.add("us-west4-a"),
+    lambda c: c["gke"].missing_zones.add("us-west4-a"),
+    lambda c: tpu_disabled(c["tpu"], "987654321098"),
+    lambda c: c["gke"].answer_next(200, ""),
+])
+def test_teardown_force_still_overrides_what_proves_nothing(cloud, steer) -> None:
+    steer(cloud)
+    code, out, err = run(["teardown"], teardown_env(cloud, TPUSERVE_BASE_FORCE="1"))
+    assert code == 0 and out == ""
+    line = one_line(err)
+    assert line.startswith(f"tpuserve: warning: could not list the serving stacks of "
+                           f"deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) to "
+                           "the end (")
+    assert line.endswith("); TPUSERVE_BASE_FORCE=1: destroying the base anyway")
+
+
+def test_teardown_as_terraform_runs_it_refuses_what_proves_nothing(cloud) -> None:
+    cloud["gke"].missing_zones.add("us-west4-a")
+    done = run_module(teardown_env(cloud), "teardown")
+    assert done.returncode == 1 and done.stdout == ""
+    assert one_line(done.stderr).endswith(NOT_DESTROYED)
+
+
+def test_preflight_with_nothing_to_check_fails(cloud) -> None:
+    code, out, err = run(["preflight"], cloud["env"],
+                         json.dumps(query(secrets="", buckets=" ,", service_accounts="")))
+    assert code == 2 and out == ""
+    assert one_line(err) == ("tpuserve: preflight: the query names no secrets, buckets, "
+                             "service_accounts: with nothing checked, nothing proves the base is "
+                             "there")
+
+
+def _answer(status: int, body: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, status, headers=headers or {}, mimetype="application/json")
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("{}", ("200 OK: the answer is not service account NODE (its email is missing): it proves "
+     "nothing")),
+    (json.dumps({"email": GUARD_SA}), (f"200 OK: the answer is not service account NODE (its "
+     f"email is '{GUARD_SA}'): it proves nothing")),
+    ('{"email": 7}', ("200 OK: the answer is not service account NODE (its email is 7): it "
+     "proves nothing")),
+    ("", "200 OK: the answer is empty: it proves nothing"),
+    ("null", "200 OK: the answer is null, not a JSON object: it proves nothing"),
+    ("[]", "200 OK: the answer is a list, not a JSON object: it proves nothing"),
+])
+def test_preflight_refuses_a_get_that_is_not_the_resource(base, body, said) -> None:
+    base["iam"].faults.add(lambda r: True, lambda: _answer(200, body))
+    code, out, err = run(["preflight"], base["env"], json.dumps(query()))
+    assert code == 1 and out == ""
+    assert one_line(err) == (f"tpuserve: preflight: get service account {NODE_SA}: "
+                             + said.replace("NODE", NODE_SA))
+
+
+@pytest.mark.parametrize(("kind", "body"), [
+    ("sm", json.dumps({"name": f"projects/{NUMBER}/secrets/tpuserve-api-key"})),
+    ("storage", json.dumps({"kind": "storage#bucket", "name": WEIGHTS, "id": WEIGHTS})),
+])
+def test_preflight_refuses_another_secret_or_bucket(base, kind, body) -> None:
+    if kind == "sm":
+        base[kind].faults.add(lambda r: True, lambda: _answer(200, body))
+    else:  # the first buckets.get answers another bucket
+        base[kind]._get_bucket = lambda bucket: _answer(200, body)
+    code, out, err = run(["preflight"], base["env"], json.dumps(query()))
+    assert code == 1 and out == ""
+    noun, name = (("secret", SECRETS[0]) if kind == "sm" else ("bucket", CACHE))
+    assert one_line(err).startswith(f"tpuserve: preflight: get {noun} {name}: 200 OK: the "
+                                    f"answer is not {noun} {name} (its name is ")
+
+
+def test_preflight_refuses_a_redirect_to_an_empty_object(base) -> None:
+    iam = base["iam"]
+    port = iam.endpoint.split(":")[2].rstrip("/")
+    iam.faults.add(lambda r: True,
+                   lambda: _answer(302, "", {"Location": f"http://127.0.0.1:{port}/elsewhere"}))
+    iam.faults.add(lambda r: True, lambda: _answer(200, "{}"))  # if it were followed
+    code, out, err = run(["preflight"], base["env"], json.dumps(query()))
+    assert code == 1 and out == ""
+    assert len(iam.calls) == 1
+    assert one_line(err) == (
+        f"tpuserve: preflight: get service account {NODE_SA}: 302 FOUND: the answer is a "
+        "redirect (to "
+        f"127.0.0.1:{port}), not an API answer; redirects are not followed -> check the "
+        "endpoint override and any proxy in between")
+
+
+def test_preflight_names_the_consumer_of_a_disabled_api_it_cannot_prove(base) -> None:
+    body = disabled_body("987654321098", "secretmanager.googleapis.com", "Secret Manager API")
+    base["sm"].faults.add(lambda r: True, lambda: _answer(403, body.decode()))
+    code, out, err = run(["preflight"], base["env"], json.dumps(query()))
+    assert code == 1 and out == ""
+    assert one_line(err).startswith(
+        f"tpuserve: preflight: get secret {SECRETS[0]}: 403 PERMISSION_DENIED: "
+        "secretmanager.googleapis.com says it is not enabled (SERVICE_DISABLED) for consumer "
+        f"projects/987654321098, which is not provably project '{PROJECT}'")
+
+
+def test_teardown_names_what_it_found_and_what_it_could_not_prove(cloud) -> None:
+    cloud["tpu"].seed_node(PROJECT, "us-west4-a", "tpuserve-spot",
+                           labels={**OURS, "stack": "spot"})
+    cloud["gke"].missing_zones.add("us-west4-a")
+    code, out, err = run(["teardown"], teardown_env(cloud))
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        f"tpuserve: {EXPECTED[1]}",
+        (f"tpuserve: teardown: {CLUSTERS}: 200 OK: the answer says zone(s) us-west4-a of "
+         f"{REGION} did not answer (missingZones): the list may be missing their clusters; "
+         f"the base of deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) was NOT "
+         "destroyed: 1 resource(s) of its serving stacks are up, and nothing proves that no "
+         "other serving stack is up (set TPUSERVE_BASE_FORCE=1 to destroy it anyway)")]

@@ -325,3 +325,26 @@ def test_status_renders_a_persistent_html_502_as_one_line(cli_env: Env) -> None:
     result = invoke("status", "spot")
     assert_one_line_error(result, "502 BAD_GATEWAY: Bad Gateway")
     assert "<" not in result.stderr and "http" not in result.stderr
+
+
+# ---------------------------------------------------------------- answers that prove nothing
+
+
+@pytest.mark.parametrize(("status", "body", "said"), [
+    (302, "", "302 FOUND: the answer is a redirect (to 127.0.0.1:"),
+    (200, "", "200 OK: the answer is empty: it proves nothing"),
+    (200, "null", "200 OK: the answer is null, not a JSON object: it proves nothing"),
+])
+def test_a_create_that_cannot_read_what_is_there_creates_nothing(api, status, body,
+                                                                 said) -> None:
+    """Followed, the redirect reaches a QR that does not exist (a 404: "nothing there": the
+    create went ahead on no proof); an empty answer or `null` was read as a QR in no state."""
+    env = {**api.environ(), "TPUSERVE_QR_NAME": REF.name,
+           "TPUSERVE_QR_BODY": json.dumps(flex_body(PROJECT, ZONE, QR_ID))}
+    elsewhere = f"{api.url}v2alpha1/projects/{PROJECT}/locations/{ZONE}/queuedResources/gone"
+    api.answer_next(status, body, headers={"Location": elsewhere}, method="GET",
+                    path_contains=f"/queuedResources/{QR_ID}")
+    done = run_module(env, "create", "--timeout", "5")
+    assert done.returncode == 1
+    assert said in one_line(done.stderr)
+    assert not api.calls("POST") and not api.calls("GET", "/queuedResources/gone")

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.container import FakeContainer
 from tests.fakes.iam import FakeIam
 from tests.fakes.metadata import FakeMetadata
 from tests.fakes.secretmanager import FakeSecretManager
@@ -65,11 +66,14 @@ class Project:
         self.storage = FakeStorage(bucket=d.cache_bucket, access_token=TOKEN).start()
         self.iam = FakeIam(project=d.gcp.project, access_token=TOKEN).start()
         self.tpu = FakeTpuApi(token=TOKEN, durations=ZERO_DURATIONS).start()
+        # The teardown guard looks for the fleet's GKE cluster too (none here: flex only).
+        self.gke = FakeContainer(project=d.gcp.project, access_token=TOKEN).start()
         self.env = {
             **os.environ, **self.tpu.environ(),
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": self.secrets.endpoint,
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": self.storage.endpoint,
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM": self.iam.endpoint,
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER": self.gke.endpoint,
             "CLOUDSDK_AUTH_ACCESS_TOKEN": TOKEN,
             "TPUSERVE_PYTHON": sys.executable,
             "TPUSERVE_QR_POLL_SECONDS": "0",
@@ -98,7 +102,7 @@ class Project:
     def stop(self) -> None:
         for node in self.cloud.nodes:
             node.stop()
-        for fake in (self.metadata, self.secrets, self.storage, self.iam, self.tpu):
+        for fake in (self.metadata, self.secrets, self.storage, self.iam, self.tpu, self.gke):
             fake.stop()
 
 
@@ -188,8 +192,29 @@ def test_destroy_flex_keeps_the_base_and_the_next_node_boots_warm(
     assert "cdktf destroy flex" in refused.stdout + refused.stderr
     assert base.state() == base_state
 
-    # 7. destroy flex, then the base may go.
+    # 7. destroy flex; while the deployment's GKE cluster (a fleet stack, as its synthesized
+    # JSON declares it) is up, or a zone of the region does not answer the cluster list, the
+    # base stays; then it may go.
     flex.destroy()
+    declared = synthesized["fleet"]["resource"]["google_container_cluster"]["cluster"]
+    cluster = project.gke.add_cluster(declared["location"], "tpuserve-fleet",
+                                      labels=declared["resource_labels"])
+    refused = base.destroy(ok=False)
+    said = " ".join((refused.stdout + refused.stderr).split())  # Terraform wraps its error
+    assert refused.returncode != 0
+    assert ("tpuserve: serving stack 'fleet' is still up: GKE cluster projects/"
+            f"{d.gcp.project}/locations/{d.gcp.zone}/clusters/tpuserve-fleet (RUNNING); remove "
+            "it with `cdktf destroy fleet`") in said
+    project.gke.remove_cluster(cluster.location, cluster.name)
+    project.gke.missing_zones.add(d.gcp.zone)
+    refused = base.destroy(ok=False)
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0
+    assert (f"zone(s) {d.gcp.zone} of {d.gcp.region} did not answer (missingZones): the list "
+            "may be missing their clusters; the base of deployment 'tpuserve'") in said
+    assert "was NOT destroyed" in said
+    assert base.state() == base_state
+    project.gke.missing_zones.clear()
     gone = base.destroy()
     assert "the base may go" in gone.stdout
     assert base.state() == []

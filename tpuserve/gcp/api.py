@@ -2,10 +2,16 @@
 `GoogleApi`, one REST API with its root (tpuserve.gcp.endpoints), an authorized session
 (tpuserve.gcp.credentials), retries (tpuserve.gcp.retry) and one-line errors
 (tpuserve.gcp.errors).
+
+An answer proves only what it says: a redirect is not followed (a 3xx is an error: an API
+never redirects, a proxy or a wrong endpoint does), and a 2xx whose body is empty or JSON that
+is not an object is an `UnprovenAnswer`, not `{}`, unless the caller's method documents an
+empty response (`empty_ok=True`).
 """
 
 from __future__ import annotations
 
+import http
 import os
 import random
 import time
@@ -22,6 +28,32 @@ from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import RetryPolicy, Transient, call_with_retry
 
 DEFAULT_TIMEOUT_S = 30.0
+
+
+class UnprovenAnswer(ApiError):
+    """A 2xx (or 3xx) answer that does not prove what the caller asked for: an empty body,
+    JSON that is not an object, a redirect, a list with unreachable locations, a resource
+    that is not the one asked for. One line, never retried, never taken as proof."""
+
+    def __init__(self, code: int, message: str, *, action: str, service: str,
+                 hint: str = "", status: str = "") -> None:
+        super().__init__(code, status or _status_name(code), message, action=action,
+                         service=service, hint=hint)
+
+
+def _status_name(code: int) -> str:
+    try:
+        return http.HTTPStatus(code).name
+    except ValueError:
+        return "UNKNOWN"
+
+
+def json_kind(data: Any) -> str:
+    """How an answer's JSON value is named in an error ("null", "a list", "a string" ...)."""
+    if data is None:
+        return "null"
+    return {list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", dict: "an object"}.get(type(data), type(data).__name__)
 
 
 class GoogleApi:
@@ -61,12 +93,15 @@ class GoogleApi:
     def request(
         self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
         body: Any = None, action: str | None = None, idempotent: bool | None = None,
-        transient_codes: frozenset[int] | None = None,
+        transient_codes: frozenset[int] | None = None, empty_ok: bool = False,
     ) -> dict[str, Any]:
         """Call ROOT + path; return the JSON object, or raise ApiError (one line).
 
         Reads and idempotent writes (GET, DELETE, PATCH, PUT by default; `idempotent=True` for
         a POST that is one) are retried on transient failures by the policy; other POSTs once.
+        A redirect, an empty body or JSON that is not an object raise UnprovenAnswer;
+        `empty_ok=True` (a method whose documented response is empty, like google.protobuf.Empty
+        or a 204) returns {} for an empty body instead.
         """
         url = self.root + path.lstrip("/")
         action = action or f"{method} {path.lstrip('/')}"
@@ -93,7 +128,8 @@ class GoogleApi:
                 if self.deadline is not None:  # one try never outlives the command's timeout
                     timeout = min(timeout, max(1.0, self.deadline - self._clock()))
                 resp = self.session.request(
-                    method, url, params=params, json=body, timeout=timeout
+                    method, url, params=params, json=body, timeout=timeout,
+                    allow_redirects=False,  # an API answers; a redirect proves nothing
                 )
             except requests.RequestException as exc:
                 raise ApiError(
@@ -107,8 +143,18 @@ class GoogleApi:
             if resp.status_code >= 400:
                 raise ApiError.from_response(resp, action=action, service=self.service,
                                              token_in_env=self._token_in_env)
+            if 300 <= resp.status_code < 400:
+                # Only the host: a Location's path or query may carry anything.
+                to = urlsplit(resp.headers.get("Location", "")).netloc or "nowhere named"
+                raise UnprovenAnswer(
+                    resp.status_code, f"the answer is a redirect (to {to}), not an API answer; "
+                    "redirects are not followed", action=action, service=self.service,
+                    hint="check the endpoint override and any proxy in between")
             if not resp.content:
-                return {}
+                if empty_ok:
+                    return {}
+                raise UnprovenAnswer(resp.status_code, "the answer is empty: it proves nothing",
+                                     action=action, service=self.service)
             try:
                 data = resp.json()
             except ValueError:
@@ -116,7 +162,11 @@ class GoogleApi:
                     resp.status_code, "UNKNOWN", "the response is not JSON",
                     action=action, service=self.service,
                 ) from None
-            return data if isinstance(data, dict) else {"value": data}
+            if not isinstance(data, dict):
+                raise UnprovenAnswer(
+                    resp.status_code, f"the answer is {json_kind(data)}, not a JSON object: it "
+                    "proves nothing", action=action, service=self.service)
+            return data
 
         def classify(exc: Exception) -> Transient | None:
             if isinstance(exc, ApiError) and policy.is_transient(exc.code):

@@ -9,16 +9,22 @@ before anything is created. stdin is the data source's query, a JSON object of s
     project, deployment, region, base_command       required
     secrets, buckets, service_accounts              comma-separated, may be empty
 It asks Secret Manager (secrets.get), Cloud Storage (buckets.get) and IAM
-(serviceAccounts.get) whether each exists. All there: stdout {"base": "ok", "checked": "<n>"},
-exit 0. Anything missing: ONE line on stderr naming all of it and `base_command`, exit 1;
-a 403: ONE line naming the permissions, exit 1.
+(serviceAccounts.get) whether each exists: a 200 proves it only with the resource itself (its
+`name`, or a service account's `email`, is the one asked for). All there: stdout {"base": "ok",
+"checked": "<n>"}, exit 0. Anything missing: ONE line on stderr naming all of it and
+`base_command`, exit 1; a 403: ONE line naming the permissions, exit 1; a query that names
+nothing to check: exit 2 (nothing checked proves nothing).
 
 teardown: reads TPUSERVE_BASE_PROJECT, TPUSERVE_BASE_DEPLOYMENT, TPUSERVE_BASE_REGION (and
-TPUSERVE_BASE_FORCE). It lists the TPU nodes and queued resources of every zone of the region;
-those labelled managed-by=tpuserve and deployment=<deployment> belong to serving stacks still
-up: one line each on stderr (with `cdktf destroy <stack>`), a last line saying the base was not
-destroyed, exit 1. None: one line on stdout, exit 0. TPUSERVE_BASE_FORCE=1: the same lines as
-warnings, exit 0 (a listing that fails is then a warning too).
+TPUSERVE_BASE_FORCE). It lists the TPU nodes and queued resources of every zone of the region
+and the project's GKE clusters (tpuserve.gcp.gke_clusters); those labelled
+managed-by=tpuserve and deployment=<deployment> belong to serving stacks still up: one line
+each on stderr (with `cdktf destroy <stack>`), a last line saying the base was not destroyed,
+exit 1. The base may go (one line on stdout, exit 0) only on positive proof that none is
+there: complete lists (no `unreachable` location, no missing zone, every page, at least one
+zone), or an API proven off in this very project (tpuserve.gcp.service_disabled). Anything
+else is ONE line naming what could not be proven, exit 1. TPUSERVE_BASE_FORCE=1: the same
+lines as warnings, exit 0.
 
 Errors are one line on stderr (exit 1; bad input: exit 2), never a traceback. Calls go through
 the Google API edge (tpuserve.gcp.api): its endpoint overrides, credentials and retries.
@@ -34,9 +40,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
 from tpuserve.gcp.endpoints import IAM_API, SECRETMANAGER_API, STORAGE_JSON_API, TPU_API
 from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.gke_clusters import CONTAINER_API, CONTAINER_SERVICE, clusters_in_region
+from tpuserve.gcp.service_disabled import CRM_API, CRM_SERVICE, proves_off, says_disabled
 from tpuserve.gcp.tpu.listing import (
     list_nodes,
     list_queued_resources,
@@ -87,16 +95,22 @@ class Kind:
     permission: str
     pattern: re.Pattern[str]
     path: Callable[[str, str], str]  # (project, name) -> path under the root
+    field: str  # the answer's field that names the resource
+    names: Callable[[str, str], bool]  # (field's value, name asked for) -> is it that one?
 
 
 KINDS = (
     Kind("secrets", "secret", "secretmanager", SECRETMANAGER_API, "secretmanager.secrets.get",
-         re.compile(r"[A-Za-z0-9_-]{1,255}"), lambda p, n: f"v1/projects/{p}/secrets/{n}"),
+         re.compile(r"[A-Za-z0-9_-]{1,255}"), lambda p, n: f"v1/projects/{p}/secrets/{n}",
+         # Secret.name is projects/<project NUMBER>/secrets/<id>
+         "name", lambda v, n: bool(re.fullmatch(rf"projects/[^/]+/secrets/{re.escape(n)}", v))),
     Kind("buckets", "bucket", "storage", STORAGE_JSON_API, "storage.buckets.get",
-         re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"), lambda p, n: f"b/{n}"),
+         re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"), lambda p, n: f"b/{n}",
+         "name", lambda v, n: v == n),
     Kind("service_accounts", "service account", "iam", IAM_API, "iam.serviceAccounts.get",
          re.compile(r"[a-z0-9][a-z0-9._+-]*@[a-z0-9][a-z0-9.-]*[a-z0-9]"),
-         lambda p, n: f"v1/projects/{p}/serviceAccounts/{n}"),
+         lambda p, n: f"v1/projects/{p}/serviceAccounts/{n}",
+         "email", lambda v, n: v.lower() == n.lower()),
 )
 
 
@@ -137,6 +151,9 @@ def parse_query(text: str) -> Query:
             raise UsageError(f"preflight: query {kind.key}: {bad[0]!r} is not a valid "
                              f"{kind.noun} name")
         names[kind.key] = list(dict.fromkeys(items))
+    if not any(names.values()):
+        raise UsageError(f"preflight: the query names no {', '.join(k.key for k in KINDS)}: "
+                         "with nothing checked, nothing proves the base is there")
     return Query(project, deployment, region, " ".join(query["base_command"].split()), names)
 
 
@@ -158,28 +175,31 @@ class PreflightResult:
     disabled: list[str] = field(default_factory=list)  # APIs not enabled (their things: missing)
 
 
-def service_disabled(exc: ApiError) -> bool:
-    """A 403 that says the API is not enabled in the project (SERVICE_DISABLED), not that the
-    caller lacks a permission: nothing of that API can exist there."""
-    return exc.code == 403 and (
-        "has not been used in project" in exc.message or "SERVICE_DISABLED" in exc.message
-    )
-
-
 def check_base(query: Query, apis: Mapping[str, GoogleApi]) -> PreflightResult:
-    """GET every named resource: present (200), missing (404) or not ours to see (403).
-    Anything else (after the edge's retries) raises ApiError."""
+    """GET every named resource: present (200 with that very resource), missing (404, or its
+    API proven off in the project) or not ours to see (403). Anything else (after the edge's
+    retries: an answer that is not the resource, a SERVICE_DISABLED whose consumer is not
+    provably the project) raises ApiError."""
     result = PreflightResult(0, [], [])
     for kind in KINDS:
         for name in query.names[kind.key]:
             api = apis[kind.service]
+            action = f"get {kind.noun} {name}"
             try:
-                api.request("GET", kind.path(query.project, name),
-                            action=f"get {kind.noun} {name}")
+                data = api.request("GET", kind.path(query.project, name), action=action)
+                value = data.get(kind.field)
+                if not (isinstance(value, str) and kind.names(value, name)):
+                    shown = repr(value)[:80] if value is not None else "missing"
+                    raise UnprovenAnswer(200, f"the answer is not {kind.noun} {name} (its "
+                                         f"{kind.field} is {shown}): it proves nothing",
+                                         action=action, service=api.service)
+            except UnprovenAnswer:
+                raise
             except ApiError as exc:
                 if exc.code == 404:
                     result.missing.append((kind, name))
-                elif service_disabled(exc):
+                elif says_disabled(exc):
+                    proves_off(exc, query.project, apis.get(CRM_SERVICE))  # else: raises
                     result.missing.append((kind, name))
                     api_name = f"{kind.service}.googleapis.com"
                     if api_name not in result.disabled:
@@ -243,9 +263,10 @@ def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str],
 
 @dataclass(frozen=True)
 class Survivor:
-    """A TPU resource of a serving stack of this deployment that is still there."""
+    """A resource of a serving stack of this deployment that is still there (a TPU node or
+    queued resource, or a fleet's GKE cluster)."""
 
-    kind: str  # "node" or "queued resource"
+    kind: str  # "node", "queued resource" or "GKE cluster"
     name: str
     zone: str
     state: str
@@ -257,10 +278,11 @@ class Survivor:
             return (f"serving stack '{self.stack}' is still up: {what}; remove it with "
                     f"`cdktf destroy {self.stack}`")
         short = self.name.rsplit("/", 1)[-1]
-        command = (f"gcloud compute tpus tpu-vm delete {short} --zone {self.zone}"
-                   if self.kind == "node" else
-                   f"gcloud compute tpus queued-resources delete {short} --zone {self.zone} "
-                   "--force")
+        command = {
+            "node": f"gcloud compute tpus tpu-vm delete {short} --zone {self.zone}",
+            "queued resource": f"gcloud compute tpus queued-resources delete {short} --zone "
+                               f"{self.zone} --force",
+        }.get(self.kind, f"gcloud container clusters delete {short} --location {self.zone}")
         return f"a serving stack's {what} has no stack label; remove it with `{command}`"
 
 
@@ -275,8 +297,9 @@ def _ours(labels: Mapping[str, str], deployment: str) -> bool:
     return labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(DEPLOYMENT_LABEL) == deployment
 
 
-def survivors(api: GoogleApi, project: str, region: str, deployment: str) -> list[Survivor]:
-    """Every node and queued resource of `deployment` in the zones of `region`, sorted."""
+def tpu_survivors(api: GoogleApi, project: str, region: str, deployment: str,
+                  ) -> list[Survivor]:
+    """Every node and queued resource of `deployment` in the zones of `region`."""
     found: list[Survivor] = []
     for zone in zones_in_region(api, project, region):
         for node in list_nodes(api, project, zone):
@@ -289,11 +312,53 @@ def survivors(api: GoogleApi, project: str, region: str, deployment: str) -> lis
             if _ours(labels, deployment):
                 found.append(Survivor("queued resource", str(qr.get("name", "")), zone,
                                       _state(qr), labels.get(STACK_LABEL, "")))
-    return sorted(found, key=lambda s: (s.stack, s.zone, s.kind != "queued resource", s.name))
+    return found
+
+
+def cluster_survivors(api: GoogleApi, project: str, region: str, deployment: str,
+                      ) -> list[Survivor]:
+    """Every GKE cluster of `deployment` in `region` or its zones (a fleet stack)."""
+    return [Survivor("GKE cluster", c.name, c.location or "?", c.status,
+                     c.labels.get(STACK_LABEL, ""))
+            for c in clusters_in_region(api, project, region) if _ours(c.labels, deployment)]
+
+
+@dataclass
+class Census:
+    """What teardown proved: the survivors, the APIs proven off, what could not be proven."""
+
+    found: list[Survivor] = field(default_factory=list)
+    off: list[str] = field(default_factory=list)  # "the TPU API", ...
+    unproven: list[ApiError] = field(default_factory=list)
+
+
+PARTS: tuple[tuple[str, str, Callable[[GoogleApi, str, str, str], list[Survivor]]], ...] = (
+    ("tpu", "the TPU API", tpu_survivors),
+    (CONTAINER_SERVICE, "the Kubernetes Engine API", cluster_survivors),
+)
+
+
+def census(apis: Mapping[str, GoogleApi], project: str, region: str, deployment: str,
+           ) -> Census:
+    """Every serving stack's resource of `deployment` in `region`, each API asked in turn."""
+    out = Census()
+    for service, title, find in PARTS:
+        try:
+            out.found.extend(find(apis[service], project, region, deployment))
+        except ApiError as exc:
+            try:
+                if proves_off(exc, project, apis.get(CRM_SERVICE)):
+                    out.off.append(title)  # off in this very project: nothing of it exists
+                    continue
+            except ApiError as refusal:
+                exc = refusal
+            out.unproven.append(exc)
+    out.found.sort(key=lambda s: (s.stack, s.zone, s.kind != "queued resource", s.name))
+    return out
 
 
 def teardown(environ: Mapping[str, str], stdout: IO[str], stderr: IO[str],
-             api: GoogleApi) -> int:
+             apis: Mapping[str, GoogleApi]) -> int:
     project, deployment, region = (environ.get(k, "").strip()
                                    for k in (ENV_PROJECT, ENV_DEPLOYMENT, ENV_REGION))
     unset = [k for k, v in ((ENV_PROJECT, project), (ENV_DEPLOYMENT, deployment),
@@ -308,35 +373,40 @@ def teardown(environ: Mapping[str, str], stdout: IO[str], stderr: IO[str],
                          "with serving stacks up, 0 or unset does not")
     force = force_raw == "1"
     where = f"deployment '{deployment}' in project '{project}' ({region})"
-    try:
-        found = survivors(api, project, region, deployment)
-    except ApiError as exc:
-        if service_disabled(exc):  # no TPU resource can exist there
-            print(f"tpuserve: the TPU API is not enabled in project '{project}': no serving "
-                  f"stack of deployment '{deployment}' can be up; the base may go", file=stdout)
-            return 0
-        if not force:
-            raise
-        print(f"tpuserve: warning: could not list the serving stacks of {where} ({exc}); "
-              f"{ENV_FORCE}=1: destroying the base anyway", file=stderr)
-        return 0
-    if not found:
-        print(f"tpuserve: no serving stack of deployment '{deployment}' in {region}: the base "
-              "may go", file=stdout)
-        return 0
+    seen = census(apis, project, region, deployment)
+    found = seen.found
     prefix = "tpuserve: warning: " if force else "tpuserve: "
     for survivor in found:
         print(f"{prefix}{survivor.line()}", file=stderr)
+    if seen.unproven:
+        why = "; ".join(map(str, seen.unproven))
+        if force:
+            print(f"tpuserve: warning: could not list the serving stacks of {where} to the "
+                  f"end ({why}); {ENV_FORCE}=1: destroying the base anyway", file=stderr)
+            return 0
+        up = (f"{len(found)} resource(s) of its serving stacks are up, and nothing proves "
+              "that no other" if found else "nothing proves that no")
+        print(f"tpuserve: teardown: {why}; the base of {where} was NOT destroyed: {up} serving "
+              f"stack is up (set {ENV_FORCE}=1 to destroy it anyway)", file=stderr)
+        return 1
+    if not found:
+        off = (f" ({' and '.join(seen.off)} {'is' if len(seen.off) == 1 else 'are'} not "
+               f"enabled in project '{project}')" if seen.off else "")
+        print(f"tpuserve: no serving stack of deployment '{deployment}' in {region}{off}: the "
+              "base may go", file=stdout)
+        return 0
     n = len(found)
-    resources = f"{n} TPU resource{'s' if n != 1 else ''}"
+    resources = (f"{n} TPU resource{'s' if n != 1 else ''}"
+                 if all(s.kind != "GKE cluster" for s in found)
+                 else f"{n} resource{'s' if n != 1 else ''}")
     if force:
         print(f"{prefix}{ENV_FORCE}=1: destroying the base of {where} anyway; the {resources} "
               "above lose their network, service accounts and secrets (and keep billing until "
               "destroyed)", file=stderr)
         return 0
     print(f"tpuserve: the base of {where} was NOT destroyed: {resources} of its serving "
-          f"stacks are still up; destroy them first (commands above), or set {ENV_FORCE}=1 to "
-          "destroy the base anyway", file=stderr)
+          f"stacks {'is' if n == 1 else 'are'} still up; destroy them first (commands above), "
+          f"or set {ENV_FORCE}=1 to destroy the base anyway", file=stderr)
     return 1
 
 
@@ -350,7 +420,8 @@ USAGE = f"""usage: {PROG} preflight|teardown
   teardown   the base's destroy guard: ${ENV_PROJECT}, ${ENV_DEPLOYMENT}, ${ENV_REGION}
              (${ENV_FORCE}=1: warn instead of refusing)
 
-Exit: 0 ok; 1 base missing / serving stacks up / API error (one line on stderr); 2 bad input."""
+Exit: 0 ok; 1 base missing / serving stacks up / an answer that proves nothing / API error
+(one line on stderr); 2 bad input."""
 
 
 def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
@@ -359,6 +430,8 @@ def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
         apis = {kind.service: GoogleApi(kind.service, kind.root, environ=environ)
                 for kind in KINDS}
         apis["tpu"] = GoogleApi("tpu", TPU_API, environ=environ)
+        apis[CONTAINER_SERVICE] = GoogleApi(CONTAINER_SERVICE, CONTAINER_API, environ=environ)
+        apis[CRM_SERVICE] = GoogleApi(CRM_SERVICE, CRM_API, environ=environ)
     except ValueError as exc:  # a malformed endpoint override or TPUSERVE_TIME_SCALE
         raise UsageError(str(exc)) from None
     return apis
@@ -382,7 +455,7 @@ def main(
         clients = apis if apis is not None else make_apis(env)
         if args[0] == "preflight":
             return preflight(stdin or sys.stdin, out, err, clients)
-        return teardown(env, out, err, clients["tpu"])
+        return teardown(env, out, err, clients)
     except UsageError as exc:
         print(f"tpuserve: {exc}", file=err)
         return 2

@@ -2,6 +2,11 @@
 (zones) of a project, nodes (v2) and queued resources (v2alpha1) of a location, every page
 followed (`nextPageToken`). Raw JSON objects, labels included; no google-cloud-tpu import.
 
+A list is complete only as the documented ListNodesResponse / ListQueuedResourcesResponse
+shape proves it (tpu v2, v2alpha1 discovery documents): an `unreachable` location, an item
+that is not an object, a `nextPageToken` that is not a string, or (for a region) no zone at all
+raise UnprovenAnswer: an absence nothing proves is not an absence.
+
 Any GoogleApi for the "tpu" service works, tpuserve.gcp.tpu.client.TpuClient included.
 """
 
@@ -10,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.queued_resources import API_VERSION as QR_API_VERSION
 
@@ -30,12 +35,26 @@ def pages(api: GoogleApi, path: str, key: str, *, action: str,
         if token:
             params["pageToken"] = token
         answer = api.request("GET", path, params=params, action=action)
+        unreachable = answer.get("unreachable", [])
+        if unreachable != []:  # anything but none (an empty string included) is not "none"
+            named = (", ".join(map(str, unreachable)) if isinstance(unreachable, list)
+                     else json_kind(unreachable))
+            raise UnprovenAnswer(200, f"the answer names unreachable location(s) {named}: the "
+                                 "list may be incomplete", action=action, service=api.service)
         items = answer.get(key, [])
         if not isinstance(items, list):
-            raise ApiError(0, "UNKNOWN", f"the answer's {key!r} is not a list", action=action,
-                           service=api.service, hint="")
-        yield from (item for item in items if isinstance(item, dict))
-        token = str(answer.get("nextPageToken") or "")
+            raise UnprovenAnswer(200, f"the answer's {key!r} is {json_kind(items)}, not a list",
+                                 action=action, service=api.service)
+        odd = [json_kind(item) for item in items if not isinstance(item, dict)]
+        if odd:
+            raise UnprovenAnswer(200, f"the answer's {key!r} holds {odd[0]}, not an object",
+                                 action=action, service=api.service)
+        yield from items
+        raw_token = answer.get("nextPageToken", "")
+        if not isinstance(raw_token, str):
+            raise UnprovenAnswer(200, f"the answer's nextPageToken is {json_kind(raw_token)}, "
+                                 "not a string", action=action, service=api.service)
+        token = raw_token
         if not token:
             return
         if token in seen:
@@ -53,9 +72,18 @@ def list_locations(api: GoogleApi, project: str) -> list[dict[str, Any]]:
 
 
 def zones_in_region(api: GoogleApi, project: str, region: str) -> list[str]:
-    """The location ids of `region`'s zones (us-west4 -> us-west4-a, us-west4-b ...), sorted."""
+    """The location ids of `region`'s zones (us-west4 -> us-west4-a, us-west4-b ...), sorted.
+
+    None is not an answer: a region whose TPU locations the API does not name proves nothing
+    about what runs there (UnprovenAnswer)."""
     ids = {str(loc.get("locationId", "")) for loc in list_locations(api, project)}
-    return sorted(i for i in ids if i.startswith(f"{region}-"))
+    zones = sorted(i for i in ids if i.startswith(f"{region}-"))
+    if not zones:
+        raise UnprovenAnswer(
+            200, f"the TPU API's locations of project {project} name no zone of region "
+            f"{region}: nothing proves what runs there",
+            action=f"list TPU locations of project {project}", service=api.service)
+    return zones
 
 
 def list_nodes(api: GoogleApi, project: str, zone: str) -> list[dict[str, Any]]:
