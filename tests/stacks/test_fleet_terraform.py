@@ -26,7 +26,7 @@ from tests.terraform_support import TERRAFORM, OfflineStack
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render import fleet_bundle
 from tpuserve.settings import from_raw, load_raw
-from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
+from tpuserve.settings.fleet import ADAPTER_IMAGE_TAG, PICKER_IMAGE_TAG, PLACEHOLDER_DIGEST
 
 pytestmark = pytest.mark.skipif(
     TERRAFORM is None, reason="the terraform CLI is not installed; these tests apply the "
@@ -49,9 +49,14 @@ def objects(image: str, replicas: int) -> list[dict[str, Any]]:
     ]
 
 
-def fleet_raw(image: str) -> dict[str, Any]:
+PICKER = f"{PICKER_IMAGE_TAG}@sha256:{'cd' * 32}"
+ADAPTER = f"{ADAPTER_IMAGE_TAG}@sha256:{'ef' * 32}"
+
+
+def fleet_raw(image: str, picker: str = PICKER) -> dict[str, Any]:
     raw = load_raw(environ={})
-    raw["stacks"]["fleet"] = {"provisioning_model": "fleet", "vllm": {"image": image}}
+    raw["stacks"]["fleet"] = {"provisioning_model": "fleet", "vllm": {"image": image},
+                              "fleet": {"picker_image": picker, "adapter_image": ADAPTER}}
     return raw
 
 
@@ -61,14 +66,17 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict[
     whose image carries the placeholder digest."""
     import main
 
-    variants = {"first": (IMAGE, 1), "changed": (IMAGE, 2),
-                "placeholder": ("vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST, 1)}
+    placeholder = "vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST
+    picker_placeholder = f"{PICKER_IMAGE_TAG}@{PLACEHOLDER_DIGEST}"
+    variants = {"first": (IMAGE, 1, PICKER), "changed": (IMAGE, 2, PICKER),
+                "placeholder": (placeholder, 1, PICKER),
+                "picker-placeholder": (IMAGE, 1, picker_placeholder)}
     out: dict[str, tuple[str, dict[str, Any]]] = {}
-    for name, (image, replicas) in variants.items():
+    for name, (image, replicas, picker) in variants.items():
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(fleet_bundle, "render_objects",
                        lambda d, image=image, replicas=replicas, **_: objects(image, replicas))
-            d = from_raw(fleet_raw(image)).deployments["fleet"]
+            d = from_raw(fleet_raw(image, picker)).deployments["fleet"]
             bundle = fleet_bundle.render_bundle(d)
             outdir = tmp_path_factory.mktemp(f"fleet-{name}")
             main.build_app({"fleet": d}, outdir=str(outdir)).synth()
@@ -215,7 +223,8 @@ def test_the_placeholder_digest_fails_the_plan_before_anything_exists(
         docs, kube: Kube, env, tmp_path: Path) -> None:
     _bundle, doc = docs["placeholder"]
     assert doc["data"]["external"]["image_preflight"]["query"] == {
-        "image": "vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST}
+        "image": "vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST, "picker_image": PICKER,
+        "adapter_image": ADAPTER}
     tf = OfflineStack(tmp_path, "fleet", env)
     tf.use(offline(doc, keep_data=("image_preflight",)))
     failed = tf.apply(ok=False)  # the data source's program: terraform never got to apply
@@ -226,6 +235,20 @@ def test_the_placeholder_digest_fails_the_plan_before_anything_exists(
     assert failed.stdout == ""
     assert kube.calls() == []
     assert not (tf.dir / "terraform.tfstate").exists()
+
+
+def test_the_pickers_placeholder_digest_fails_the_plan(
+        docs, kube: Kube, env, tmp_path: Path) -> None:
+    """No upstream records the picker's digest: the default's placeholder stops the plan."""
+    _bundle, doc = docs["picker-placeholder"]
+    tf = OfflineStack(tmp_path, "fleet", env)
+    tf.use(offline(doc, keep_data=("image_preflight",)))
+    failed = tf.apply(ok=False)
+    assert failed.returncode == 2
+    line = one_line(failed.stderr)
+    assert line.startswith(f"tpuserve: fleet.picker_image = '{PICKER_IMAGE_TAG}@")
+    assert "placeholder digest" in line and "in [fleet]" in line
+    assert kube.calls() == []
 
 
 def test_a_pinned_image_passes_the_preflight(docs, kube: Kube, env, tmp_path: Path) -> None:

@@ -66,18 +66,27 @@ class KubectlError(Exception):
 # ----------------------------------------------------------------------------- input
 
 
-def check_image(image: str | None) -> None:
+def check_image(image: str | None, setting: str = "vllm.image",
+                section: str = "[stacks.fleet]") -> None:
     """The fleet runs one image on every node: it must be pinned by a real digest."""
     name = (image or "IMAGE").split("@", 1)[0]
     how = (f"pin it as {name}@sha256:<digest> in "
-           f"[stacks.fleet] (the digest: `crane digest {name}` or `docker buildx imagetools "
+           f"{section} (the digest: `crane digest {name}` or `docker buildx imagetools "
            f"inspect {name}`)")
     if not image:
-        raise KubectlError(f"vllm.image is not set: {how}", 2)
+        raise KubectlError(f"{setting} is not set: {how}", 2)
     if image.endswith("@" + PLACEHOLDER_DIGEST):
-        raise KubectlError(f"vllm.image = {image!r} carries the placeholder digest: {how}", 2)
+        raise KubectlError(f"{setting} = {image!r} carries the placeholder digest: {how}", 2)
     if "@sha256:" not in image:
-        raise KubectlError(f"vllm.image = {image!r} has no digest: {how}", 2)
+        raise KubectlError(f"{setting} = {image!r} has no digest: {how}", 2)
+
+
+# The preflight's query: the vLLM image and, from stacks synthesized after the picker and the
+# adapter became settings, theirs (no upstream records their digests: the defaults carry the
+# placeholder, refused here at plan time).
+PREFLIGHT_IMAGES = {"image": ("vllm.image", "[stacks.fleet]"),
+                    "picker_image": ("fleet.picker_image", "[fleet]"),
+                    "adapter_image": ("fleet.adapter_image", "[fleet]")}
 
 
 def preflight(stdin: str) -> str:
@@ -86,11 +95,25 @@ def preflight(stdin: str) -> str:
         query = json.loads(stdin)
     except json.JSONDecodeError as exc:
         raise KubectlError(f"preflight: stdin is not JSON ({exc})", 2) from None
-    if not isinstance(query, dict) or set(query) != {"image"} \
-            or not isinstance(query["image"], str):
-        raise KubectlError('preflight: stdin must be {"image": "<name>@sha256:<digest>"}', 2)
-    check_image(query["image"])
+    if not isinstance(query, dict) or "image" not in query \
+            or not set(query) <= set(PREFLIGHT_IMAGES) \
+            or not all(isinstance(v, str) for v in query.values()):
+        raise KubectlError('preflight: stdin must be {"image": "<name>@sha256:<digest>"} '
+                           '(and optionally "picker_image", "adapter_image")', 2)
+    for key, (setting, section) in PREFLIGHT_IMAGES.items():
+        if key in query:
+            check_image(query[key], setting, section)
     return json.dumps({"image": query["image"]})
+
+
+def placeholder_line(bundle: str) -> str:
+    """Which images of the bundle carry the placeholder digest, and the settings to set."""
+    images = sorted({ln.split("image:", 1)[1].strip().strip("'\"")
+                     for ln in bundle.splitlines()
+                     if "image:" in ln and PLACEHOLDER_DIGEST in ln})
+    return (f"the bundle carries the placeholder digest in {', '.join(images) or 'an object'}: "
+            "set the real digest (vllm.image in [stacks.fleet]; fleet.picker_image, "
+            "fleet.adapter_image in [fleet])")
 
 
 def decode_bundle(encoded: str) -> str:
@@ -262,8 +285,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             check_image(args.image)  # before anything else: no call with a wrong image
         bundle = read_bundle(args.bundle_file, env)
         if args.action == "apply" and PLACEHOLDER_DIGEST in bundle:
-            raise KubectlError(f"the bundle carries the placeholder digest {PLACEHOLDER_DIGEST}:"
-                               " pin vllm.image as name@sha256:<digest> in [stacks.fleet]", 2)
+            raise KubectlError(placeholder_line(bundle), 2)
         cluster = Cluster(args.project, args.location, args.cluster, env)
         (apply if args.action == "apply" else delete)(cluster, bundle)
     except KubectlError as exc:
