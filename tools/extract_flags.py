@@ -71,9 +71,7 @@ def picker(gaie: str, gaie_ref: str, cr: str, cr_ref: str) -> dict[str, Any]:
     zap = git_show(cr, cr_ref, CR_ZAP)
     bind = zap[zap.index("func (o *Options) BindFlags"):]
     bind = bind[:bind.index("\n}\n")]
-    flags = {**_types(options, _VAR), **_types(logging, _VAR)}
-    for name, kind in _types(bind, _GO_VAR).items():
-        flags[name] = kind
+    flags = {**_types(options, _VAR), **_types(logging, _VAR), **_types(bind, _GO_VAR)}
     for m in _GO_VALUE.finditer(bind):
         flags[m.group("name")] = "value"
     refused = _REFUSED_LIST.search(options)

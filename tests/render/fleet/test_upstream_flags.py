@@ -67,8 +67,8 @@ def test_every_flag_the_bundle_passes_is_accepted_at_the_pinned_tag(objects) -> 
 
 @pytest.mark.parametrize(("program", "argv", "words"), [
     ("picker", ["--kv-cache-usage-percentage-metric", "vllm:kv_cache_usage_perc"],
-     "--kv-cache-usage-percentage-metric is deprecated at kubernetes-sigs/"
-     "gateway-api-inference-extension v1.5.0"),
+     ("--kv-cache-usage-percentage-metric is deprecated at kubernetes-sigs/"
+      "gateway-api-inference-extension v1.5.0")),
     ("picker", ["--model-server-metrics-port", "8080"], "is deprecated"),
     ("picker", ["--no-such-flag", "x"], "--no-such-flag is not a flag of epp"),
     ("adapter", ["--use-new-resource-model=true", "--v=2"], "--v is not a flag of custom-"),
