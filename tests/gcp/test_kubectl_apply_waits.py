@@ -90,8 +90,8 @@ def test_everything_ready_applies_builtins_then_the_custom_kinds(api, cluster, b
     for name in kubectl.CRD_OF_KIND.values():
         assert f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}" in paths
     assert f"/apis/apps/v1/namespaces/{fb.NAMESPACE}/deployments/{fb.EPP}" in paths
-    assert f"/apis/gateway.networking.k8s.io/v1/namespaces/{fb.NAMESPACE}/gateways/" \
-           f"{fb.GATEWAY}" in paths
+    gw = f"/apis/gateway.networking.k8s.io/v1/namespaces/{fb.NAMESPACE}/gateways/{fb.GATEWAY}"
+    assert gw in paths
     assert capsys.readouterr().out.strip().endswith("objects to c")
 
 
@@ -111,7 +111,7 @@ def test_no_object_of_a_kind_is_applied_before_its_crd_is_established(api, clust
 
 def test_an_absent_crd_is_named(api, cluster, bundle) -> None:
     ready(api)
-    with pytest.raises(kubectl.KubectlError, match="CRD computeclasses.cloud.google.com absent"):
+    with pytest.raises(kubectl.KubectlError, match=r"CRD computeclasses\.cloud\.google\.com absent"):
         run(cluster, bundle, bound_s=0.3, poll_s=0.05)
 
 
