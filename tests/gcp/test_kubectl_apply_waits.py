@@ -111,7 +111,8 @@ def test_no_object_of_a_kind_is_applied_before_its_crd_is_established(api, clust
 
 def test_an_absent_crd_is_named(api, cluster, bundle) -> None:
     ready(api)
-    with pytest.raises(kubectl.KubectlError, match=r"CRD computeclasses\.cloud\.google\.com absent"):
+    with pytest.raises(kubectl.KubectlError,
+                       match=r"CRD computeclasses\.cloud\.google\.com absent"):
         run(cluster, bundle, bound_s=0.3, poll_s=0.05)
 
 
