@@ -4,7 +4,7 @@
         --gaie PATH --gaie-ref v1.5.0 \
         --controller-runtime PATH --controller-runtime-ref v0.23.3 \
         --stackdriver PATH --stackdriver-ref af49d863755c0535f598cfde9288ae9a75251d38 \
-        > tools/upstream_flags.json
+        > templates/fleet/vendor/upstream_flags.json
 
 Each PATH is a git checkout (or a bare clone) of, in order, kubernetes-sigs/
 gateway-api-inference-extension (the endpoint picker, cmd/epp), kubernetes-sigs/controller-

@@ -23,7 +23,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tpuserve.facts import COLD_START_S
-from tpuserve.paths import REPO_ROOT, TEMPLATE_DIR
+from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render.boot_script import (
     BOOT_HELPER,
     CACHE_GET_MAX_S,
@@ -78,7 +78,7 @@ EPP_CHART_FLAGS_V = "1"
 # The adapter's Deployment in the vendored manifest, whose image the setting replaces.
 ADAPTER_NAMESPACE = "custom-metrics"
 ADAPTER_DEPLOYMENT = "custom-metrics-stackdriver-adapter"
-UPSTREAM_FLAGS = REPO_ROOT / "tools" / "upstream_flags.json"
+UPSTREAM_FLAGS = TEMPLATE_DIR / "fleet" / "vendor" / "upstream_flags.json"
 METRIC_QUEUE = "prometheus.googleapis.com|vllm:num_requests_waiting|gauge"
 GATEWAY_CLASS = "gke-l7-regional-external-managed"
 BACKENDS = ("inferencepool", "service")
@@ -165,7 +165,7 @@ def epp_args() -> list[str]:
 
 
 def upstream_flags() -> dict[str, Any]:
-    """tools/upstream_flags.json: the flags the picker and the adapter accept at their pinned
+    """vendor/upstream_flags.json: the flags the picker and the adapter accept at their pinned
     source (tools/extract_flags.py)."""
     return json.loads(UPSTREAM_FLAGS.read_text())
 
@@ -192,7 +192,7 @@ def check_flags(program: str, argv: list[str]) -> None:
     for name in flag_names(argv, set(data["bool_flags"])):
         if name not in data["flags"]:
             raise ValueError(f"{program}: --{name} is not a flag of {data['program']} at {where}"
-                             " (tools/upstream_flags.json)")
+                             " (templates/fleet/vendor/upstream_flags.json)")
         if name in data["refused_when_set"] or name in data["deprecated"]:
             why = data["deprecated"].get(name, "refused when set")
             raise ValueError(f"{program}: --{name} is deprecated at {where}: {why}")

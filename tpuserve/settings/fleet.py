@@ -24,7 +24,7 @@ MAX_FLEX_NODE_SECONDS = 7 * 86400
 # deploy step refuses it (tpuserve.gcp.kubectl): the fleet needs the image's real digest.
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 # The fleet's third-party images, each at the one tag whose manifest and flags the bundle is
-# rendered from (templates/fleet/epp.yaml.j2, vendor/; the flags: tools/upstream_flags.json).
+# rendered from (templates/fleet/epp.yaml.j2, vendor/; the flags: vendor/upstream_flags.json).
 # Neither upstream records the digest (the picker's v1.5.0 tree and release, k8s-stackdriver's
 # manifests at af49d863 name only the tag), and no registry is reachable offline: the defaults
 # carry the placeholder, which plan (data.external.image_preflight) and deploy refuse until the
@@ -155,7 +155,8 @@ class FleetSettings(StrictModel):
         if not re.fullmatch(re.escape(tag) + r"@sha256:[0-9a-f]{64}", v):
             raise ValueError(
                 f"{setting} = {v[:160]!r}: must be {tag}@sha256:<64 hex> (the bundle's args "
-                f"and manifest are that tag's, tools/upstream_flags.json; the digest: "
+                f"and manifest are that tag's, templates/fleet/vendor/upstream_flags.json; "
+                f"the digest: "
                 f"`crane digest {tag}`)")
         return v
 

@@ -1,7 +1,7 @@
 """Images that exist, flags they accept: every third-party image of the bundle is `repo:tag@
 sha256:...` at the tag its manifest and args come from, and every flag the bundle passes to the
 endpoint picker and the custom-metrics adapter is one their source at that tag defines and
-does not refuse (tools/upstream_flags.json, extracted by tools/extract_flags.py)."""
+does not refuse (vendor/upstream_flags.json, extracted by tools/extract_flags.py)."""
 
 from __future__ import annotations
 
