@@ -99,6 +99,8 @@ def test_status_all_ready(fleet: Fleet) -> None:
     assert "2 current, 2 desired (min 1, max 4)" in out
     assert f"http://127.0.0.1:{fleet.env.oai.port}/v1" in out
     assert "ok (HTTP 200)" in out
+    assert "(Accepted=True, Programmed=True)" in out
+    assert "picker      1/1 ready" in out and "/epp:v1.5.0@sha256:" in out
     assert f"${2 * fleet.d.usd_per_hour:,.4f}/h: 2 replica(s)" in out
     assert "problem" not in out
     # What the CLI asked the API server: documented paths, bounded lists, nothing else.
