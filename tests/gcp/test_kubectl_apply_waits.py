@@ -27,6 +27,9 @@ from tpuserve.render import fleet_bundle as fb
 
 FAKES = REPO_ROOT / "tests" / "fakes" / "kubectl"
 ADAPTER = ("custom-metrics", fb.ADAPTER_DEPLOYMENT)
+# The bound the failing cases run to: room for the fake tools (each a Python process) to start
+# on a loaded machine before the waits use up the rest.
+BOUND_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,7 @@ def ready(api: k8s.FakeKubernetes, *, picker: int = 1, programmed: bool = True) 
 
 
 def run(cluster: kubectl.Cluster, bundle: str, **kw: Any) -> None:
-    kubectl.apply(cluster, bundle, sleep=lambda _s: None, **kw)
+    kubectl.apply(cluster, bundle, **kw)
 
 
 def test_everything_ready_applies_builtins_then_the_custom_kinds(api, cluster, bundle, log,
@@ -100,7 +103,7 @@ def test_no_object_of_a_kind_is_applied_before_its_crd_is_established(api, clust
     all_crds(api, but="inferencepools.inference.networking.k8s.io")
     ready(api)
     with pytest.raises(kubectl.KubectlError) as exc:
-        run(cluster, bundle, bound_s=0.5, poll_s=0.05)
+        run(cluster, bundle, bound_s=BOUND_S, poll_s=0.25)
     line = str(exc.value)
     assert "\n" not in line
     assert line.startswith("k8s_bundle: after 15 min waiting for the CRDs GKE installs")
@@ -113,14 +116,14 @@ def test_an_absent_crd_is_named(api, cluster, bundle) -> None:
     ready(api)
     with pytest.raises(kubectl.KubectlError,
                        match=r"CRD computeclasses\.cloud\.google\.com absent"):
-        run(cluster, bundle, bound_s=0.3, poll_s=0.05)
+        run(cluster, bundle, bound_s=BOUND_S, poll_s=0.25)
 
 
 def test_a_picker_that_never_becomes_available_fails_the_step(api, cluster, bundle, log) -> None:
     all_crds(api)
     ready(api, picker=0)
     with pytest.raises(kubectl.KubectlError) as exc:
-        run(cluster, bundle, bound_s=0.5, poll_s=0.05)
+        run(cluster, bundle, bound_s=BOUND_S, poll_s=0.25)
     assert f"deployment {fb.NAMESPACE}/{fb.EPP} 0/1 available" in str(exc.value)
     assert "custom-metrics/" not in str(exc.value)  # the adapter is available
     assert len(applied(log)) == 2
@@ -132,7 +135,7 @@ def test_a_gateway_not_programmed_fails_the_step(api, cluster, bundle) -> None:
     with pytest.raises(kubectl.KubectlError,
                        match=f"gateway {fb.NAMESPACE}/{fb.GATEWAY} not Programmed "
                              r"\(False, Pending\)"):
-        run(cluster, bundle, bound_s=0.5, poll_s=0.05)
+        run(cluster, bundle, bound_s=BOUND_S, poll_s=0.25)
 
 
 def test_the_state_that_becomes_ready_within_the_bound_passes(api, cluster, bundle) -> None:
@@ -173,3 +176,16 @@ def test_the_fake_refuses_what_the_api_refuses(api) -> None:
     assert get(base + "gateways.gateway.networking.k8s.io") == 200
     assert get(base + "gateways.gateway.networking.k8s.io?watch=1") == 400
     assert get(base + "gateways.gateway.networking.k8s.io", token="x") == 401
+
+
+def test_no_call_starts_once_the_bound_has_passed(cluster, bundle, log) -> None:
+    with pytest.raises(kubectl.KubectlError, match="bound passed before its next call"):
+        run(cluster, bundle, bound_s=0)
+    assert not (log / "calls.jsonl").exists()
+
+
+def test_a_kubectl_that_does_not_answer_is_cut_at_the_bound(api, cluster, bundle) -> None:
+    cluster.environ = {**cluster.environ, "FAKE_KUBECTL_SLEEP_S": "60"}
+    with pytest.raises(kubectl.KubectlError, match="kubectl apply: no answer within the "
+                       "apply's bound"):
+        run(cluster, bundle, bound_s=3)

@@ -260,9 +260,15 @@ class Cluster:
         self.deadline: float | None = None  # monotonic; every call ends by it when set
 
     def left(self) -> float | None:
+        """Seconds to the apply's deadline (None: no deadline); none left is the step's end."""
         if self.deadline is None:
             return None
-        return max(1.0, self.deadline - time.monotonic())
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise KubectlError(f"k8s_bundle: the apply's {APPLY_BOUND_S // 60} min bound passed "
+                               "before its next call (the next `cdktf deploy fleet` applies "
+                               "again)")
+        return left
 
     def __enter__(self) -> Cluster:
         gcloud = _tool("gcloud", self.environ)
@@ -410,7 +416,7 @@ def apply(cluster: Cluster, bundle: str, *, bound_s: float = APPLY_BOUND_S,
     with cluster:
         if crds:
             cluster.kubectl_run(APPLY, dump(crds))
-            cluster.kubectl_run((*CRD_WAIT[:-2], f"--timeout={cluster.left():.0f}s",
+            cluster.kubectl_run((*CRD_WAIT[:-2], f"--timeout={max(1, int(cluster.left() or 0))}s",
                                  *CRD_WAIT[-2:]), dump(crds))
         if not custom and not waits and not crds:
             cluster.kubectl_run(APPLY, bundle)

@@ -4,7 +4,8 @@ Each call appends one JSON line to $FAKE_KUBE_LOG/calls.jsonl: the tool, its arg
 and the KUBECONFIG it was given. `gcloud container clusters get-credentials NAME` writes a
 kubeconfig naming NAME to $KUBECONFIG, as gcloud does (or $FAKE_KUBECONFIG_TEXT: one pointing
 at tests/fakes/kubernetes.py); `kubectl` refuses to run without one
-(as it would reach no cluster), and fails with $FAKE_KUBECTL_FAIL (one message) when set.
+(as it would reach no cluster), and fails with $FAKE_KUBECTL_FAIL (one message) when set;
+$FAKE_KUBECTL_SLEEP_S holds every kubectl call that long first.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 
 def main(tool: str, argv: list[str]) -> int:
@@ -35,6 +37,8 @@ def main(tool: str, argv: list[str]) -> int:
         print(f"Fetching cluster endpoint and auth data.\nkubeconfig entry generated for "
               f"{argv[3]}.", file=sys.stderr)
         return 0
+    if os.environ.get("FAKE_KUBECTL_SLEEP_S"):  # a kubectl that does not answer
+        time.sleep(float(os.environ["FAKE_KUBECTL_SLEEP_S"]))
     if not found:
         print("error: no kubeconfig: the connection to the server localhost:8080 was refused",
               file=sys.stderr)
