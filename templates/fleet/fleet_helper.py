@@ -40,9 +40,10 @@ import urllib.request
 # server at the link-local address).
 META = ("http://" + os.environ.get("GCE_METADATA_HOST", "169.254.169.254")
         + "/computeMetadata/v1/instance/service-accounts/default/token")
-# GKE's metadata server "takes a few seconds to start accepting requests on a new Pod"
-# (GKE docs, Workload Identity Federation: "Restrictions"/troubleshooting): a pod's first token
-# request is retried for up to TOKEN_RETRY_S, backing off from 0.5 s to 4 s between attempts.
+# With Workload Identity the GKE metadata server does not answer a pod's first seconds (GKE's
+# Workload Identity restrictions; seen by clients: r-lib/gargle #186, googleapis/google-auth-
+# library-python #1261): a token request is retried for up to TOKEN_RETRY_S, backing off from
+# 0.5 s to 4 s between attempts.
 TOKEN_RETRY_S = 30.0
 TOKEN_BACKOFF_S = (0.5, 4.0)
 API = "https://storage.googleapis.com/"
