@@ -421,7 +421,8 @@ class FleetStack(ServingStack):
     def _bundle(self, d: Deployment, depends_on: list[TerraformResource]) -> None:
         # A placeholder or tag-only image fails the plan here, before the cluster exists.
         external_program(self, "image_preflight", f"{CLIENT} preflight",
-                         {"image": d.vllm.image or ""})
+                         {"image": d.vllm.image or "", "picker_image": d.fleet.picker_image,
+                          "adapter_image": d.fleet.adapter_image})
         bundle = fleet_bundle.render_bundle(d)
         size = bundle_gz_chars(bundle)
         if size > MAX_BUNDLE_GZ_CHARS:

@@ -36,7 +36,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-META = "http://169.254.169.254/computeMetadata/v1/instance/service-accounts/default/token"
+# GCE_METADATA_HOST: the variable Google's own clients read (unset in a pod: the GKE metadata
+# server at the link-local address).
+META = ("http://" + os.environ.get("GCE_METADATA_HOST", "169.254.169.254")
+        + "/computeMetadata/v1/instance/service-accounts/default/token")
+# With Workload Identity the GKE metadata server does not answer a pod's first seconds (GKE's
+# Workload Identity restrictions; seen by clients: r-lib/gargle #186, googleapis/google-auth-
+# library-python #1261): a token request is retried for up to TOKEN_RETRY_S, backing off from
+# 0.5 s to 4 s between attempts.
+TOKEN_RETRY_S = 30.0
+TOKEN_BACKOFF_S = (0.5, 4.0)
 API = "https://storage.googleapis.com/"
 _token: tuple[str, float] = ("", 0.0)
 
@@ -52,14 +61,36 @@ def env(name: str) -> str:
     return value
 
 
+def _fetch_token(timeout: float) -> tuple[str, int]:
+    req = urllib.request.Request(META, headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        body = json.load(r)
+    tok, ttl = body.get("access_token"), body.get("expires_in", 300)
+    if not isinstance(tok, str) or not tok or not isinstance(ttl, int):  # proves nothing
+        raise ValueError("the metadata server answered no access token")
+    return tok, ttl
+
+
 def token() -> str:
+    """The pod's access token; retried (bounded, with backoff) while the metadata server is
+    not yet answering, then the last error is raised."""
     global _token
     if time.time() < _token[1]:
         return _token[0]
-    req = urllib.request.Request(META, headers={"Metadata-Flavor": "Google"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        body = json.load(r)
-    _token = (body["access_token"], time.time() + int(body.get("expires_in", 300)) - 60)
+    deadline = time.monotonic() + TOKEN_RETRY_S
+    delay, cap = TOKEN_BACKOFF_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            tok, ttl = _fetch_token(max(0.5, min(10.0, left)))
+            break
+        except (OSError, ValueError) as exc:  # URLError/HTTPError are OSErrors
+            if left <= delay:
+                raise
+            log("metadata server not ready:", status(exc), f"(retrying in {delay:g} s)")
+            time.sleep(delay)
+            delay = min(cap, delay * 2)
+    _token = (tok, time.time() + ttl - 60)
     return _token[0]
 
 

@@ -16,12 +16,21 @@ import pytest
 from tests.cli_support import API_KEY, PROJECT, Env, assert_one_line_error, invoke, write_config
 from tests.fakes import kubernetes as fk
 from tpuserve.ops import kube
-from tpuserve.render.fleet_bundle import APP_LABEL, DEPLOYMENT, GATEWAY, HPA, NAMESPACE
+from tpuserve.render.fleet_bundle import (
+    APP_LABEL,
+    DEPLOYMENT,
+    EPP,
+    EPP_LABEL,
+    GATEWAY,
+    HPA,
+    NAMESPACE,
+)
 from tpuserve.settings import Deployment, load
 
 IMAGE = "vllm/vllm-tpu:nightly@sha256:" + "ab" * 32
 FLEET = (f'\n[stacks.fleet]\nprovisioning_model = "fleet"\n\n[stacks.fleet.vllm]\n'
          f'image = "{IMAGE}"\n')
+PICKER = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0@sha256:" + "cd" * 32
 METRIC = "prometheus.googleapis.com|vllm:num_requests_waiting|gauge"
 CAPACITY_EVENT = ("Node scale up in zones us-west4-a associated with this pod failed: GCE out "
                   "of resources. Pod is at risk of not being scheduled.")
@@ -35,7 +44,7 @@ class Fleet:
 
     def seed(self, states: list[str], *, address: str | None = "127.0.0.1",
              port: int | None = None, protocol: str = "HTTP", waiting: str = "3",
-             events: dict[int, tuple[str, str]] | None = None) -> None:
+             events: dict[int, tuple[str, str]] | None = None, picker_ready: int = 1) -> None:
         """Pods vllm-*-0000N in STATES (tests/fakes/kubernetes.py pod()), the Deployment and the
         HPA to match, the Gateway at ADDRESS:PORT (default: the fake OpenAI server)."""
         ready = states.count("ready")
@@ -46,6 +55,9 @@ class Fleet:
                              min_replicas=1, max_replicas=4))
         self.kube.put(fk.gateway(NAMESPACE, GATEWAY, address=address, protocol=protocol,
                                  port=self.env.oai.port if port is None else port))
+        picker = fk.deployment(NAMESPACE, EPP, desired=1, ready=picker_ready, labels=EPP_LABEL)
+        picker["spec"]["template"]["spec"]["containers"] = [{"name": "epp", "image": PICKER}]
+        self.kube.put(picker)
         for i, state in enumerate(states):
             self.kube.put(fk.pod(NAMESPACE, f"vllm-6d5f-0000{i}", APP_LABEL, state=state,
                                  message="0/2 nodes are available: 2 node(s) didn't match "
@@ -87,6 +99,8 @@ def test_status_all_ready(fleet: Fleet) -> None:
     assert "2 current, 2 desired (min 1, max 4)" in out
     assert f"http://127.0.0.1:{fleet.env.oai.port}/v1" in out
     assert "ok (HTTP 200)" in out
+    assert "(Accepted=True, Programmed=True)" in out
+    assert "picker      1/1 ready" in out and "/epp:v1.5.0@sha256:" in out
     assert f"${2 * fleet.d.usd_per_hour:,.4f}/h: 2 replica(s)" in out
     assert "problem" not in out
     # What the CLI asked the API server: documented paths, bounded lists, nothing else.
@@ -95,6 +109,7 @@ def test_status_all_ready(fleet: Fleet) -> None:
         (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}", ""),
         (f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers/{HPA}", ""),
         (f"/apis/gateway.networking.k8s.io/v1/namespaces/{NAMESPACE}/gateways/{GATEWAY}", ""),
+        (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{EPP}", ""),
         (f"/api/v1/namespaces/{NAMESPACE}/pods",
          f"labelSelector=app%3Dvllm&limit={kube.MAX_LIST_ITEMS}"),
     ]
@@ -161,17 +176,64 @@ def test_status_json_keys(fleet: Fleet) -> None:
         "stack", "provisioning_model", "project", "zone", "cluster", "kube_context", "deployed",
         "replicas", "autoscaler", "gateway", "endpoint", "health", "pods", "pending",
         "billed_replicas", "usd_per_replica_hour", "usd_per_hour", "truncated", "problems",
-        "dashboard_url"}
+        "dashboard_url", "picker"}
     assert doc["autoscaler"] == {
         "min_replicas": 1, "max_replicas": 4, "current_replicas": 2, "desired_replicas": 2,
         "metrics": [{"name": METRIC, "type": "Pods", "current": 3.0, "target": 8.0,
                      "target_type": "AverageValue"}]}
-    assert doc["gateway"] == {"name": GATEWAY, "address": "127.0.0.1", "programmed": True}
+    assert doc["gateway"] == {
+        "name": GATEWAY, "address": "127.0.0.1", "programmed": True,
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                        "message": ""},
+                       {"type": "Programmed", "status": "True", "reason": "Programmed",
+                        "message": ""}]}
+    assert doc["picker"] == {"name": EPP, "ready": 1, "desired": 1, "image": PICKER}
     assert doc["endpoint"] == f"http://127.0.0.1:{fleet.env.oai.port}"
     assert doc["health"] == {"ok": True, "detail": "HTTP 200"}
     assert set(doc["pods"][0]) == {"name", "phase", "ready", "state", "reason", "node",
                                    "restarts"}
     assert doc["truncated"] == []
+
+
+def test_a_picker_that_is_not_ready_is_a_problem(fleet: Fleet) -> None:
+    fleet.seed(["ready"], picker_ready=0)
+    doc = _status()
+    assert doc["picker"] == {"name": EPP, "ready": 0, "desired": 1, "image": PICKER}
+    [line] = [p for p in doc["problems"] if "endpoint picker" in p]
+    assert line.startswith(f"endpoint picker {NAMESPACE}/{EPP}: 0/1 ready")
+    assert doc["exit_code"] == 1
+
+
+def test_a_missing_picker_is_a_problem(fleet: Fleet) -> None:
+    fleet.seed(["ready"])
+    fleet.kube.delete("Deployment", NAMESPACE, EPP)
+    doc = _status()
+    assert doc["picker"]["image"] is None
+    assert any(p.startswith(f"no endpoint picker Deployment {NAMESPACE}/{EPP}")
+               for p in doc["problems"])
+
+
+@pytest.mark.parametrize(("accepted", "programmed", "words"), [
+    (True, False, "Programmed is False (Pending: no backend yet)"),
+    (False, True, "Accepted is False (Invalid)"),
+])
+def test_a_gateway_not_accepted_or_not_programmed_is_a_problem(
+        fleet: Fleet, accepted: bool, programmed: bool, words: str) -> None:
+    fleet.seed(["ready"])
+    fleet.kube.put(fk.gateway(NAMESPACE, GATEWAY, address="127.0.0.1", port=fleet.env.oai.port,
+                              accepted=accepted, programmed=programmed,
+                              message="no backend yet" if not programmed else ""))
+    doc = _status()
+    assert f"Gateway {NAMESPACE}/{GATEWAY}: {words}" in doc["problems"]
+    assert {"type": "Accepted", "status": str(accepted), "reason":
+            "Accepted" if accepted else "Invalid", "message": ""} in doc["gateway"]["conditions"]
+
+
+def test_wait_reports_the_picker_as_a_phase(fleet: Fleet) -> None:
+    fleet.seed(["ready"], picker_ready=0)
+    result = invoke("wait", "fleet", "--poll-interval", "0.1", "--timeout", "0.5")
+    assert result.exit_code == 3
+    assert_one_line_error(result, "not serving after", "picker: endpoint picker")
 
 
 def test_status_not_deployed(fleet: Fleet) -> None:
@@ -280,7 +342,7 @@ def test_wait_until_a_replica_is_ready(fleet: Fleet) -> None:
     assert doc["endpoint"] == base and doc["openai_base_url"] == base + "/v1"
     assert doc["gateway_address"] == "127.0.0.1"
     assert (doc["replicas_ready"], doc["replicas_desired"]) == (1, 1)
-    assert set(doc["phases"]) == {"replicas", "gateway", "health"}
+    assert set(doc["phases"]) == {"replicas", "picker", "gateway", "health"}
     assert "compiling" in result.stderr  # the progress said why it waited
     assert any(r.path == "/health" for r in fleet.env.oai.requests)
 

@@ -7,6 +7,7 @@ bare "404 page not found", as for a path no API group serves):
   /apis/apps/v1/namespaces/NS/deployments/NAME
   /apis/autoscaling/v2/namespaces/NS/horizontalpodautoscalers/NAME
   /apis/gateway.networking.k8s.io/v1/namespaces/NS/gateways/NAME
+  /apis/apiextensions.k8s.io/v1/customresourcedefinitions/NAME   (cluster-scoped)
   /api/v1/namespaces/NS/pods       ?labelSelector=k=v[,k=v]  &limit=N  (&continue=T)
   /api/v1/namespaces/NS/events     ?fieldSelector=f=v[,f=v]  &limit=N  (&continue=T)
 
@@ -126,9 +127,10 @@ class FakeKubernetes:
 
     # -- objects
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A namespaced object by its namespace, a cluster-scoped one (a CRD) under ""."""
         meta = obj["metadata"]
         with self._lock:
-            self.objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
+            self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
         return obj
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
@@ -156,6 +158,25 @@ class FakeKubernetes:
                           f"the server does not allow this method on the requested resource "
                           f"({request.method})")
         parts = request.path.strip("/").split("/")
+        # /apis/apiextensions.k8s.io/v1/customresourcedefinitions/NAME (cluster-scoped)
+        if parts[:4] == ["apis", "apiextensions.k8s.io", "v1", "customresourcedefinitions"] \
+                and len(parts) == 5:
+            if request.args:
+                return status(400, "BadRequest",
+                              f"unknown query parameters: {', '.join(sorted(request.args))}")
+            if self.forbidden:
+                return status(403, "Forbidden",
+                              'customresourcedefinitions.apiextensions.k8s.io "' + parts[4]
+                              + '" is forbidden: User "someone@example.com" cannot get '
+                              'resource "customresourcedefinitions" in API group '
+                              '"apiextensions.k8s.io" at the cluster scope',
+                              kind="customresourcedefinitions")
+            obj = self.objects.get(("CustomResourceDefinition", "", parts[4]))
+            if obj is None:
+                return status(404, "NotFound", f'customresourcedefinitions.apiextensions.k8s.io'
+                              f' "{parts[4]}" not found', name=parts[4],
+                              group="apiextensions.k8s.io", kind="customresourcedefinitions")
+            return Response(json.dumps(obj), 200, mimetype="application/json")
         # /apis/GROUP/VERSION/namespaces/NS/PLURAL/NAME
         if len(parts) == 7 and parts[0] == "apis" and parts[3] == "namespaces":
             entry = _GETS.get((f"{parts[1]}/{parts[2]}", parts[5]))
@@ -247,7 +268,19 @@ def deployment(ns: str, name: str, *, desired: int, ready: int, labels: dict[str
         "status": {"observedGeneration": generation, "replicas": desired,
                    "updatedReplicas": desired, "readyReplicas": ready,
                    "availableReplicas": ready,
-                   **({"unavailableReplicas": desired - ready} if desired > ready else {})},
+                   **({"unavailableReplicas": desired - ready} if desired > ready else {}),
+                   # The Deployment controller's own conditions (apps/v1 DeploymentCondition).
+                   "conditions": [
+                       {"type": "Available", "status": "True" if ready >= desired else "False",
+                        "reason": "MinimumReplicasAvailable" if ready >= desired
+                        else "MinimumReplicasUnavailable",
+                        "message": "Deployment has minimum availability." if ready >= desired
+                        else "Deployment does not have minimum availability.",
+                        "lastUpdateTime": TS, "lastTransitionTime": TS},
+                       {"type": "Progressing", "status": "True",
+                        "reason": "NewReplicaSetAvailable",
+                        "message": f'ReplicaSet "{name}-5d4f" has successfully progressed.',
+                        "lastUpdateTime": TS, "lastTransitionTime": TS}]},
     }
 
 
@@ -275,9 +308,16 @@ def hpa(ns: str, name: str, *, target: str, metric: str, current: str | None,
 
 
 def gateway(ns: str, name: str, *, address: str | None, port: int = 80,
-            protocol: str = "HTTP") -> dict[str, Any]:
-    conditions = [{"type": "Programmed", "status": "True" if address else "False",
-                   "reason": "Programmed" if address else "Pending", "message": "",
+            protocol: str = "HTTP", accepted: bool = True,
+            programmed: bool | None = None, message: str = "") -> dict[str, Any]:
+    """Conditions as gateway.networking.k8s.io/v1 GatewayStatus defines them (Accepted,
+    Programmed: type, status, reason, message, lastTransitionTime, observedGeneration)."""
+    prog = bool(address) if programmed is None else programmed
+    conditions = [{"type": "Accepted", "status": "True" if accepted else "False",
+                   "reason": "Accepted" if accepted else "Invalid", "message": "",
+                   "lastTransitionTime": TS, "observedGeneration": 1},
+                  {"type": "Programmed", "status": "True" if prog else "False",
+                   "reason": "Programmed" if prog else "Pending", "message": message,
                    "lastTransitionTime": TS, "observedGeneration": 1}]
     return {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
@@ -286,6 +326,33 @@ def gateway(ns: str, name: str, *, address: str | None, port: int = 80,
                  "listeners": [{"name": protocol.lower(), "protocol": protocol, "port": port}]},
         "status": {"addresses": [{"type": "IPAddress", "value": address}] if address else [],
                    "conditions": conditions},
+    }
+
+
+def crd(name: str, *, established: bool = True, versions: tuple[str, ...] = ("v1",),
+        kind: str = "") -> dict[str, Any]:
+    """A CustomResourceDefinition (apiextensions.k8s.io/v1) as the API server reports it:
+    NamesAccepted, then Established once its names are served."""
+    plural, _, group = name.partition(".")
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "generation": 1, "creationTimestamp": TS,
+                     "uid": f"uid-crd-{plural}"},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": plural, "kind": kind or plural.rstrip("s").title()},
+                 "versions": [{"name": v, "served": True, "storage": i == 0,
+                               "schema": {"openAPIV3Schema": {"type": "object"}}}
+                              for i, v in enumerate(versions)]},
+        "status": {"acceptedNames": {"plural": plural},
+                   "storedVersions": list(versions[:1]),
+                   "conditions": [
+                       {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                        "message": "no conflicts found", "lastTransitionTime": TS},
+                       {"type": "Established", "status": "True" if established else "False",
+                        "reason": "InitialNamesAccepted" if established else "Installing",
+                        "message": "the initial names have been accepted" if established
+                        else "the initial names have not been accepted yet",
+                        "lastTransitionTime": TS}]},
     }
 
 

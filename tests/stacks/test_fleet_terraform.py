@@ -28,7 +28,7 @@ from tests.terraform_support import TERRAFORM, OfflineStack
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render import fleet_bundle
 from tpuserve.settings import from_raw, load_raw
-from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
+from tpuserve.settings.fleet import ADAPTER_IMAGE_TAG, PICKER_IMAGE_TAG, PLACEHOLDER_DIGEST
 
 pytestmark = pytest.mark.skipif(
     TERRAFORM is None, reason="the terraform CLI is not installed; these tests apply the "
@@ -39,8 +39,8 @@ IMAGE = "vllm/vllm-tpu:nightly@sha256:" + "ab" * 32
 CLUSTER_REF = "${google_container_cluster.cluster.id}"
 
 
-def objects(image: str, replicas: int) -> list[dict[str, Any]]:
-    return [
+def objects(image: str, replicas: int, picker: bool = False) -> list[dict[str, Any]]:
+    out = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tpuserve"}},
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": "vllm", "namespace": "tpuserve"}},
@@ -49,11 +49,28 @@ def objects(image: str, replicas: int) -> list[dict[str, Any]]:
          "spec": {"replicas": replicas, "template": {"spec": {"containers": [
              {"name": "vllm", "image": image}]}}}},
     ]
+    if picker:  # what the apply waits for: the picker available, the Gateway Programmed
+        out += [
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": fleet_bundle.EPP, "namespace": "tpuserve"},
+             "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                 {"name": "epp", "image": PICKER}]}}}},
+            {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+             "metadata": {"name": fleet_bundle.GATEWAY, "namespace": "tpuserve"},
+             "spec": {"gatewayClassName": "gke-l7-regional-external-managed",
+                      "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}},
+        ]
+    return out
 
 
-def fleet_raw(image: str) -> dict[str, Any]:
+PICKER = f"{PICKER_IMAGE_TAG}@sha256:{'cd' * 32}"
+ADAPTER = f"{ADAPTER_IMAGE_TAG}@sha256:{'ef' * 32}"
+
+
+def fleet_raw(image: str, picker: str = PICKER) -> dict[str, Any]:
     raw = load_raw(environ={})
-    raw["stacks"]["fleet"] = {"provisioning_model": "fleet", "vllm": {"image": image}}
+    raw["stacks"]["fleet"] = {"provisioning_model": "fleet", "vllm": {"image": image},
+                              "fleet": {"picker_image": picker, "adapter_image": ADAPTER}}
     return raw
 
 
@@ -63,14 +80,20 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict[
     whose image carries the placeholder digest."""
     import main
 
-    variants = {"first": (IMAGE, 1), "changed": (IMAGE, 2),
-                "placeholder": ("vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST, 1)}
+    placeholder = "vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST
+    picker_placeholder = f"{PICKER_IMAGE_TAG}@{PLACEHOLDER_DIGEST}"
+    variants = {"first": (IMAGE, 1, PICKER), "changed": (IMAGE, 2, PICKER),
+                "placeholder": (placeholder, 1, PICKER),
+                "picker-placeholder": (IMAGE, 1, picker_placeholder),
+                "with-picker": (IMAGE, 1, PICKER)}
     out: dict[str, tuple[str, dict[str, Any]]] = {}
-    for name, (image, replicas) in variants.items():
+    for name, (image, replicas, picker) in variants.items():
+        with_picker = name == "with-picker"
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(fleet_bundle, "render_objects",
-                       lambda d, image=image, replicas=replicas, **_: objects(image, replicas))
-            d = from_raw(fleet_raw(image)).deployments["fleet"]
+                       lambda d, image=image, replicas=replicas, p=with_picker, **_:
+                       objects(image, replicas, p))
+            d = from_raw(fleet_raw(image, picker)).deployments["fleet"]
             bundle = fleet_bundle.render_bundle(d)
             outdir = tmp_path_factory.mktemp(f"fleet-{name}")
             main.build_app({"fleet": d}, outdir=str(outdir)).synth()
@@ -217,7 +240,8 @@ def test_the_placeholder_digest_fails_the_plan_before_anything_exists(
         docs, kube: Kube, env, tmp_path: Path) -> None:
     _bundle, doc = docs["placeholder"]
     assert doc["data"]["external"]["image_preflight"]["query"] == {
-        "image": "vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST}
+        "image": "vllm/vllm-tpu:nightly@" + PLACEHOLDER_DIGEST, "picker_image": PICKER,
+        "adapter_image": ADAPTER}
     tf = OfflineStack(tmp_path, "fleet", env)
     tf.use(offline(doc, keep_data=("image_preflight",)))
     failed = tf.apply(ok=False)  # the data source's program: terraform never got to apply
@@ -228,6 +252,48 @@ def test_the_placeholder_digest_fails_the_plan_before_anything_exists(
     assert failed.stdout == ""
     assert kube.calls() == []
     assert not (tf.dir / "terraform.tfstate").exists()
+
+
+def test_the_apply_step_reads_the_cluster_through_its_private_kubeconfig(
+        docs, kube: Kube, env, tmp_path: Path) -> None:
+    """Under Terraform, the step's waits reach the API through the kubeconfig gcloud wrote
+    (here: the fake Kubernetes API): the Gateway API's CRD, the picker, the Gateway."""
+    from tests.fakes import kubernetes as k8s
+
+    _bundle, doc = docs["with-picker"]
+    with k8s.FakeKubernetes() as api:
+        api.put(k8s.crd("gateways.gateway.networking.k8s.io"))
+        api.put(k8s.deployment("tpuserve", fleet_bundle.EPP, desired=1, ready=1,
+                               labels=fleet_bundle.EPP_LABEL))
+        api.put(k8s.gateway("tpuserve", fleet_bundle.GATEWAY, address="203.0.113.7"))
+        tf = OfflineStack(tmp_path, "fleet",
+                          {**env, "FAKE_KUBECONFIG_TEXT": api.kubeconfig("gke_p_z_c")})
+        tf.use(offline(doc))
+        done = tf.apply()
+        paths = [p for _m, p, _q in api.requests]
+    assert "applied 5 objects to tpuserve-fleet" in done.stdout, done.stdout
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+    gws = "/apis/gateway.networking.k8s.io/v1/namespaces/tpuserve/gateways/"
+    assert paths == [crd + "gateways.gateway.networking.k8s.io",
+                     f"/apis/apps/v1/namespaces/tpuserve/deployments/{fleet_bundle.EPP}",
+                     gws + fleet_bundle.GATEWAY]
+    applies = [[o["kind"] for o in yaml.safe_load_all(c["stdin"])]
+               for c in kube.kubectl() if c["argv"][0] == "apply"]
+    assert applies == [["Namespace", "ServiceAccount", "Deployment", "Deployment"], ["Gateway"]]
+
+
+def test_the_pickers_placeholder_digest_fails_the_plan(
+        docs, kube: Kube, env, tmp_path: Path) -> None:
+    """No upstream records the picker's digest: the default's placeholder stops the plan."""
+    _bundle, doc = docs["picker-placeholder"]
+    tf = OfflineStack(tmp_path, "fleet", env)
+    tf.use(offline(doc, keep_data=("image_preflight",)))
+    failed = tf.apply(ok=False)
+    assert failed.returncode == 2
+    line = one_line(failed.stderr)
+    assert line.startswith(f"tpuserve: fleet.picker_image = '{PICKER_IMAGE_TAG}@")
+    assert "placeholder digest" in line and "in [fleet]" in line
+    assert kube.calls() == []
 
 
 def test_a_pinned_image_passes_the_preflight(docs, kube: Kube, env, tmp_path: Path) -> None:

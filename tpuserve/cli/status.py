@@ -72,7 +72,12 @@ def _fleet_facts(s: FleetStatus) -> list[tuple[str, str]]:
             # prometheus.googleapis.com|vllm:num_requests_waiting|gauge: the middle part
             name = m.name.split("|")[1] if m.name.count("|") == 2 else m.name
             rows.append(("metric", f"{name}: {cur} / target {tgt} ({m.target_type})"))
-    rows.append(("gateway", s.address or "no address yet"))
+    conds = ", ".join(f"{c['type']}={c['status']}"
+                      for c in fleet_status.gateway_conditions(s.gateway)
+                      if c["type"] in ("Accepted", "Programmed"))
+    rows.append(("gateway", (s.address or "no address yet") + (f" ({conds})" if conds else "")))
+    p = fleet_status.picker_view(s.picker)
+    rows.append(("picker", f"{p['ready']}/{p['desired']} ready ({p['image'] or 'no Deployment'})"))
     rows.append(("endpoint", f"{s.endpoint}/v1" if s.endpoint else "-"))
     rows.append(("health", s.health_detail if s.health_ok is None else
                  f"{'ok' if s.health_ok else 'failing'} ({s.health_detail})"))

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from tpuserve.render.dashboard import dashboard_url
-from tpuserve.render.fleet_bundle import APP_LABEL, DEPLOYMENT, GATEWAY, HPA, NAMESPACE
+from tpuserve.render.fleet_bundle import APP_LABEL, DEPLOYMENT, EPP, GATEWAY, HPA, NAMESPACE
 from tpuserve.settings import Deployment
 
 from . import kube, server
@@ -286,6 +286,50 @@ def endpoint_url(d: Deployment, gw: dict[str, Any] | None) -> str | None:
     return f"http://{host}" + (f":{port}" if port not in (None, 80) else "")
 
 
+def gateway_conditions(gw: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The Gateway's status conditions as {type, status, reason, message} (strings)."""
+    return [{k: str(c.get(k) or "") for k in ("type", "status", "reason", "message")}
+            for c in _list(gw, "status", "conditions") if isinstance(c, dict)]
+
+
+def gateway_not_serving(gw: dict[str, Any] | None) -> list[str]:
+    """A line per condition the Gateway needs and has not True (Accepted, Programmed): an
+    absent condition proves nothing and counts as not True."""
+    by_type = {c["type"]: c for c in gateway_conditions(gw)}
+    out = []
+    for kind in ("Accepted", "Programmed"):
+        c = by_type.get(kind)
+        if c is None:
+            out.append(f"Gateway {NAMESPACE}/{GATEWAY}: no {kind} condition yet")
+        elif c["status"] != "True":
+            why = ": ".join(x for x in (c["reason"], one_line(c["message"], 160)) if x)
+            out.append(f"Gateway {NAMESPACE}/{GATEWAY}: {kind} is {c['status'] or 'unset'}"
+                       + (f" ({why})" if why else ""))
+    return out
+
+
+def picker_view(dep: dict[str, Any] | None) -> dict[str, Any]:
+    """The endpoint picker's Deployment as {name, ready, desired, image}."""
+    containers = _list(dep, "spec", "template", "spec", "containers")
+    image = next((c.get("image") for c in containers
+                  if isinstance(c, dict) and c.get("name") == "epp"), None)
+    return {"name": EPP, "ready": _int(_d(dep, "status", "readyReplicas")),
+            "desired": _int(_d(dep, "spec", "replicas")),
+            "image": image if isinstance(image, str) else None}
+
+
+def picker_problem(dep: dict[str, Any] | None) -> str | None:
+    v = picker_view(dep)
+    if dep is None:
+        return (f"no endpoint picker Deployment {NAMESPACE}/{EPP}: the Gateway's InferencePool "
+                "has no picker and answers nothing (re-apply: npx cdktf deploy fleet)")
+    if v["desired"] < 1 or v["ready"] < v["desired"]:
+        return (f"endpoint picker {NAMESPACE}/{EPP}: {v['ready']}/{v['desired']} ready; with "
+                "failureMode FailClose the Gateway answers nothing without it (`kubectl -n "
+                f"{NAMESPACE} logs deploy/{EPP}`)")
+    return None
+
+
 def programmed(gw: dict[str, Any] | None) -> bool | None:
     for c in _list(gw, "status", "conditions"):
         if isinstance(c, dict) and c.get("type") == "Programmed":
@@ -302,6 +346,7 @@ class FleetStatus:
     deployment: dict[str, Any] | None = None
     hpa: HpaView | None = None
     gateway: dict[str, Any] | None = None
+    picker: dict[str, Any] | None = None  # the endpoint picker's Deployment
     pods: list[PodView] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     health_ok: bool | None = None
@@ -351,6 +396,13 @@ class FleetStatus:
             elif p.state == "quota":
                 out.append(f"pod {p.name} waits on quota: {p.reason}; raise the TPU quota "
                            "(IAM & Admin > Quotas) or lower fleet.max_replicas")
+        if self.deployed:
+            if (line := picker_problem(self.picker)) is not None:
+                out.append(line)
+            if self.gateway is None:
+                out.append(f"no Gateway {NAMESPACE}/{GATEWAY}")
+            else:
+                out += gateway_not_serving(self.gateway)
         if self.ready and self.health_ok is False:
             out.append(f"{self.ready} replica(s) ready but /health through the Gateway fails "
                        f"({self.health_detail})")
@@ -372,7 +424,10 @@ class FleetStatus:
                          "available": _int(status.get("availableReplicas"))},
             "autoscaler": self.hpa.to_json() if self.hpa else None,
             "gateway": {"name": GATEWAY, "address": self.address,
-                        "programmed": programmed(self.gateway)} if self.gateway else None,
+                        "programmed": programmed(self.gateway),
+                        "conditions": gateway_conditions(self.gateway)}
+            if self.gateway else None,
+            "picker": picker_view(self.picker) if self.deployed else None,
             "endpoint": self.endpoint,
             "health": {"ok": self.health_ok, "detail": self.health_detail},
             "pods": [p.to_json() for p in self.pods],
@@ -396,6 +451,7 @@ def read_fleet(d: Deployment, k: kube.Kube, *, http: httpx.Client | None = None)
     hpa = k.hpa(NAMESPACE, HPA)
     s.hpa = hpa_view(hpa) if hpa else None
     s.gateway = k.gateway(NAMESPACE, GATEWAY)
+    s.picker = k.deployment(NAMESPACE, EPP)
     pods = k.pods(NAMESPACE, label_selector())
     looked = 0
     for pod in pods:
@@ -479,7 +535,8 @@ class FleetWaitResult:
                 "phases": {k: round(v, 1) for k, v in self.phases.items()}}
 
 
-PHASE_REPLICAS, PHASE_GATEWAY, PHASE_HEALTH = "replicas", "gateway", "health"
+PHASE_REPLICAS, PHASE_PICKER, PHASE_GATEWAY, PHASE_HEALTH = (
+    "replicas", "picker", "gateway", "health")
 
 
 def wait_for_fleet(
@@ -520,9 +577,16 @@ def wait_for_fleet(
             p = waiting[0]
             state += f"; {p.name}: {p.state}" + (f" ({p.reason})" if p.reason else "")
         report(PHASE_REPLICAS, state, finished=s.ready >= 1)
-        base = s.endpoint if s.address else None
-        report(PHASE_GATEWAY, s.address or "no address yet", finished=base is not None)
-        if s.ready >= 1 and base is not None:
+        picker_line = picker_problem(s.picker)
+        pv = picker_view(s.picker)
+        report(PHASE_PICKER, picker_line or f"{pv['ready']}/{pv['desired']} ready",
+               finished=picker_line is None)
+        not_serving = gateway_not_serving(s.gateway) if s.gateway is not None else [
+            "no Gateway yet"]
+        base = s.endpoint if s.address and not not_serving else None
+        report(PHASE_GATEWAY, "; ".join(not_serving) or s.address or "no address yet",
+               finished=base is not None)
+        if s.ready >= 1 and base is not None and picker_line is None:
             ok, detail = server.health(http, ServerTarget(base))
             report(PHASE_HEALTH, f"{base}/health {detail}", finished=ok)
             if ok:
@@ -530,7 +594,7 @@ def wait_for_fleet(
                                        clock() - start, dict(done))
         elapsed = clock() - start
         if elapsed >= timeout_s:
-            phase = next((p for p in (PHASE_REPLICAS, PHASE_GATEWAY, PHASE_HEALTH)
+            phase = next((p for p in (PHASE_REPLICAS, PHASE_PICKER, PHASE_GATEWAY, PHASE_HEALTH)
                           if p not in done), PHASE_HEALTH)
             raise OpsError(f"{d.name}: not serving after {elapsed:.0f} s (timeout); "
                            f"{phase}: {last.get(phase, 'no answer')}",

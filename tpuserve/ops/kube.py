@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -142,7 +143,10 @@ class Kube:
         self._autoscaling = client.AutoscalingV2Api(api_client)
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._ext = client.ApiextensionsV1Api(api_client)
         self.truncated: list[str] = []  # lists cut at MAX_LIST_ITEMS
+        # A monotonic deadline every call ends by (the apply's bound), on top of the per-call one.
+        self.deadline: float | None = None
 
     # -- reads (None: the object does not exist)
     def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -162,6 +166,10 @@ class Kube:
                 GATEWAY_GROUP, GATEWAY_VERSION, namespace, "gateways", name, **kw),
             missing_kind_hint="the Gateway API is not enabled on the cluster "
                               "(gateway_api_config of the fleet stack)")
+
+    def crd(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"customresourcedefinition {name}",
+                         lambda **kw: self._ext.read_custom_resource_definition(name, **kw))
 
     def pods(self, namespace: str, label_selector: str,
              limit: int = MAX_LIST_ITEMS) -> list[dict[str, Any]]:
@@ -209,16 +217,20 @@ class Kube:
     def _call(self, what: str, call: Callable[..., Any]) -> Any:
         from kubernetes.client.exceptions import ApiException
 
+        limit = CALL_DEADLINE_S
+        if self.deadline is not None:
+            limit = max(0.1, min(limit, self.deadline - time.monotonic()))
+        timeouts = (min(CONNECT_TIMEOUT_S, limit), min(READ_TIMEOUT_S, limit))
+
         def run() -> Any:
-            resp = call(_preload_content=False,
-                        _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+            resp = call(_preload_content=False, _request_timeout=timeouts)
             return resp.data
 
         try:
-            body = within(CALL_DEADLINE_S, run, lambda: _Expired())
+            body = within(limit, run, lambda: _Expired())
         except _Expired:
             raise OpsError(f"Kubernetes API at {self.where}: {what}: no complete answer within "
-                           f"{CALL_DEADLINE_S:g} s",
+                           f"{limit:g} s",
                            hint="is the cluster's control plane up? (`kubectl get --raw /readyz`)"
                            ) from None
         except ApiException as exc:
@@ -293,6 +305,31 @@ def transport_error(exc: Exception, what: str, where: str) -> OpsError:
     return OpsError(f"Kubernetes API at {where}: {what}: {detail}",
                     hint="check the cluster exists and the kubeconfig's server address "
                     "(`kubectl cluster-info`)")
+
+
+def connect_file(path: str, *, deadline: float | None = None) -> Kube:
+    """A client of the current context of the kubeconfig at PATH (the apply's private one,
+    written by `gcloud container clusters get-credentials`), every call ending by DEADLINE."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        within(CALL_DEADLINE_S,
+               lambda: config.load_kube_config(config_file=path, client_configuration=cfg,
+                                               persist_config=False),
+               lambda: _Expired())
+    except _Expired:
+        raise OpsError(f"kubeconfig {path}: loading it took more than {CALL_DEADLINE_S:g} s "
+                       "(its credential plugin did not answer)") from None
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        raise OpsError(f"kubeconfig {path}: {one_line(exc, 200)}") from None
+    cfg.retries = 0
+    api = client.ApiClient(cfg)
+    api.rest_client.pool_manager = _CappedPool(api.rest_client.pool_manager, MAX_BYTES)
+    kube = Kube(api, where=cfg.host)
+    kube.deadline = deadline
+    return kube
 
 
 def connect(d: Deployment, *, context: str | None = None) -> Kube:

@@ -69,9 +69,16 @@ INFERENCE_POOL = "vllm"
 EPP = "vllm-epp"
 EPP_LABEL = {"app": "vllm-epp"}
 EPP_PORT = 9002
-# Upstream's EPP image (kubernetes-sigs/gateway-api-inference-extension), by tag: the version of
-# the InferencePool CRD the schemas come from (v1.6.0). Unverified: pin its digest on first pull.
-EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.6.0"
+# The picker's args: kubernetes-sigs/gateway-api-inference-extension v1.5.0 (commit df9f8909fe06),
+# config/charts/inferencepool with its default values, rendered by epplib/templates/
+# _deployment.yaml in its order (the pool flags, the chart's `flags: {v: 1}`, tracing off as
+# `inferenceExtension.tracing.enabled: false` renders it). v1.6.0 builds no picker (cmd/epp is
+# gone), so v1.5.0 is the last release whose chart and image go together.
+EPP_CHART_FLAGS_V = "1"
+# The adapter's Deployment in the vendored manifest, whose image the setting replaces.
+ADAPTER_NAMESPACE = "custom-metrics"
+ADAPTER_DEPLOYMENT = "custom-metrics-stackdriver-adapter"
+UPSTREAM_FLAGS = TEMPLATE_DIR / "fleet" / "vendor" / "upstream_flags.json"
 METRIC_QUEUE = "prometheus.googleapis.com|vllm:num_requests_waiting|gauge"
 GATEWAY_CLASS = "gke-l7-regional-external-managed"
 BACKENDS = ("inferencepool", "service")
@@ -149,6 +156,65 @@ def k8s_quantity(docker_size: str) -> str:
     return m.group(1) + {"k": "Ki", "m": "Mi", "g": "Gi"}[m.group(2)]
 
 
+def epp_args() -> list[str]:
+    """The chart's args at v1.5.0 for a one-replica vLLM pool (no flag of its own here)."""
+    return ["--pool-name", INFERENCE_POOL, "--pool-namespace", NAMESPACE,
+            "--pool-group", "inference.networking.k8s.io",
+            "--zap-encoder", "json", "--config-file", "/config/default-plugins.yaml",
+            "--v", EPP_CHART_FLAGS_V, "--tracing=false"]
+
+
+def upstream_flags() -> dict[str, Any]:
+    """vendor/upstream_flags.json: the flags the picker and the adapter accept at their pinned
+    source (tools/extract_flags.py)."""
+    return json.loads(UPSTREAM_FLAGS.read_text())
+
+
+def flag_names(argv: list[str], bool_flags: Any) -> list[str]:
+    """The flag names an argv sets (`--x v`, `--x=v`, a bare boolean `--x`)."""
+    names, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-"):
+            raise ValueError(f"argument {arg!r} is no flag's value")
+        name, eq, _ = arg.lstrip("-").partition("=")
+        names.append(name)
+        i += 1 if eq or name in bool_flags else 2
+    return names
+
+
+def check_flags(program: str, argv: list[str]) -> None:
+    """Refuse (one line) an argv with a flag the program's source at its pinned tag does not
+    define, marks deprecated, or refuses when set: the program would stop at start-up."""
+    data = upstream_flags()[program]
+    src = data["sources"][0]
+    where = f"{src['repository']} {src['ref']} ({src['commit'][:12]})"
+    for name in flag_names(argv, set(data["bool_flags"])):
+        if name not in data["flags"]:
+            raise ValueError(f"{program}: --{name} is not a flag of {data['program']} at {where}"
+                             " (templates/fleet/vendor/upstream_flags.json)")
+        if name in data["refused_when_set"] or name in data["deprecated"]:
+            why = data["deprecated"].get(name, "refused when set")
+            raise ValueError(f"{program}: --{name} is deprecated at {where}: {why}")
+
+
+def _adapter(d: Deployment) -> list[dict[str, Any]]:
+    """The vendored adapter, its image the setting's (its upstream tag with the digest)."""
+    import yaml
+
+    docs = [o for o in yaml.safe_load_all(VENDOR_ADAPTER.read_text()) if o is not None]
+    [deploy] = [o for o in docs if o["kind"] == "Deployment"
+                and o["metadata"]["name"] == ADAPTER_DEPLOYMENT]
+    [container] = deploy["spec"]["template"]["spec"]["containers"]
+    if container["image"] != d.fleet.adapter_image.split("@", 1)[0]:
+        raise ValueError(f"fleet.adapter_image = {d.fleet.adapter_image!r}: the vendored "
+                         f"manifest runs {container['image']}")
+    container["image"] = d.fleet.adapter_image
+    container["imagePullPolicy"] = "IfNotPresent"  # a digest never changes: no re-pull
+    check_flags("adapter", container["command"][1:])
+    return docs
+
+
 def _check_hpa(d: Deployment) -> None:
     f = d.fleet
     if f.scale_up_period_s > HPA_MAX_PERIOD_S:
@@ -218,7 +284,7 @@ def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
         "queue_target": str(d.fleet.queue_target),
         "metric_queue": METRIC_QUEUE,
         "inference_pool": INFERENCE_POOL, "epp": EPP, "epp_label": EPP_LABEL,
-        "epp_port": EPP_PORT, "epp_image": EPP_IMAGE,
+        "epp_port": EPP_PORT, "epp_image": d.fleet.picker_image, "epp_args": epp_args(),
         "backend": backend,
         "gateway_class": GATEWAY_CLASS,
         "address": f"{base.deployment}-fleet-ip",
@@ -245,7 +311,8 @@ def render_objects(d: Deployment, *, backend: str = "inferencepool") -> list[dic
     for name in TEMPLATES:
         text = _env.get_template(name).render(**ctx)
         objects += [o for o in yaml.safe_load_all(text) if o is not None]
-    adapter = [o for o in yaml.safe_load_all(VENDOR_ADAPTER.read_text()) if o is not None]
+    check_flags("picker", epp_args())
+    adapter = _adapter(d)
     for obj in objects:
         if obj["kind"] == "Job":
             _name_for_its_spec(obj)

@@ -11,7 +11,7 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tpuserve.facts import COLD_START_S, WARM_START_S
 from tpuserve.settings.base import StrictModel, parse_duration, spec_error
@@ -23,6 +23,15 @@ MAX_FLEX_NODE_SECONDS = 7 * 86400
 # A placeholder digest the default config carries: synth accepts it (offline, no registry), the
 # deploy step refuses it (tpuserve.gcp.kubectl): the fleet needs the image's real digest.
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
+# The fleet's third-party images, each at the one tag whose manifest and flags the bundle is
+# rendered from (templates/fleet/epp.yaml.j2, vendor/; the flags: vendor/upstream_flags.json).
+# Neither upstream records the digest (the picker's v1.5.0 tree and release, k8s-stackdriver's
+# manifests at af49d863 name only the tag), and no registry is reachable offline: the defaults
+# carry the placeholder, which plan (data.external.image_preflight) and deploy refuse until the
+# setting holds the tag's real digest.
+PICKER_IMAGE_TAG = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
+ADAPTER_IMAGE_TAG = "gcr.io/gke-release/custom-metrics-stackdriver-adapter:v0.16.9-gke.0"
+_PINNED = {"fleet.picker_image": PICKER_IMAGE_TAG, "fleet.adapter_image": ADAPTER_IMAGE_TAG}
 _PRIVATE_V4 = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
 
 
@@ -63,6 +72,11 @@ class FleetSettings(StrictModel):
     proxy_only_cidr: str = "10.129.0.0/23"
     system_machine_type: str = "e2-standard-4"
     release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    # The endpoint picker (gateway-api-inference-extension v1.5.0's epp) and the custom-metrics
+    # adapter, each `<PICKER|ADAPTER>_IMAGE_TAG@sha256:<digest>`: the tag is fixed (the bundle's
+    # args and manifest are that tag's), the digest is the user's to set.
+    picker_image: str = PICKER_IMAGE_TAG + "@" + PLACEHOLDER_DIGEST
+    adapter_image: str = ADAPTER_IMAGE_TAG + "@" + PLACEHOLDER_DIGEST
     # A domain for a Google-managed certificate (Certificate Manager): HTTPS on 443. Unset:
     # plain HTTP on the Gateway's address (synth warns).
     domain: str | None = None
@@ -131,6 +145,19 @@ class FleetSettings(StrictModel):
         if not re.fullmatch(r"[a-z][a-z0-9]{1,10}-[a-z]+(?:-[0-9]{1,3})?", v):
             raise ValueError(f"fleet.system_machine_type = {v!r}: a Compute Engine machine type "
                              "like e2-standard-4")
+        return v
+
+    @field_validator("picker_image", "adapter_image")
+    @classmethod
+    def _pinned_image(cls, v: str, info: ValidationInfo) -> str:
+        setting = f"fleet.{info.field_name}"
+        tag = _PINNED[setting]
+        if not re.fullmatch(re.escape(tag) + r"@sha256:[0-9a-f]{64}", v):
+            raise ValueError(
+                f"{setting} = {v[:160]!r}: must be {tag}@sha256:<64 hex> (the bundle's args "
+                f"and manifest are that tag's, templates/fleet/vendor/upstream_flags.json; "
+                f"the digest: "
+                f"`crane digest {tag}`)")
         return v
 
     @field_validator("domain")

@@ -137,12 +137,20 @@ class TpuSettings(StrictModel):
         return int(self.accelerator_type.rsplit("-", 1)[1])
 
 
+PROXY_IMAGE = ("nginx:1.30.5-alpine"
+               "@sha256:0985e772fb9f729e6fa0980da05fca5d9c468e870eed43071545afa9d2e27d94")
+
+
 class AccessSettings(StrictModel):
     api_source_ranges: list[str] = Field(default_factory=list)
     ssh_source_ranges: list[str] = Field(default_factory=list)
     # vLLM's --api-key guards only /v1; the proxy checks the key on every path but /health.
     api_key_proxy: bool = True
-    proxy_image: str = "nginx:1.27.3-alpine"
+    # The official image, by tag and digest (the same for every stack): the digest is the one
+    # docker-library/repo-info records for this tag, repos/nginx/remote/1.30.5-alpine.md at
+    # commit 35d0d2e1b83352ed6b2de8c0784080e1784106bc (the multi-platform index; 1.30 is
+    # nginx's stable line).
+    proxy_image: str = PROXY_IMAGE
     # TLS on the public port, terminated by the proxy: "self-signed" makes a certificate on
     # the node (its key never leaves it) that the tpuserve CLI pins; "off" sends the key and
     # every prompt in clear text.

@@ -2,8 +2,10 @@
 
 Each call appends one JSON line to $FAKE_KUBE_LOG/calls.jsonl: the tool, its argv, its stdin
 and the KUBECONFIG it was given. `gcloud container clusters get-credentials NAME` writes a
-kubeconfig naming NAME to $KUBECONFIG, as gcloud does; `kubectl` refuses to run without one
-(as it would reach no cluster), and fails with $FAKE_KUBECTL_FAIL (one message) when set.
+kubeconfig naming NAME to $KUBECONFIG, as gcloud does (or $FAKE_KUBECONFIG_TEXT: one pointing
+at tests/fakes/kubernetes.py); `kubectl` refuses to run without one
+(as it would reach no cluster), and fails with $FAKE_KUBECTL_FAIL (one message) when set;
+$FAKE_KUBECTL_SLEEP_S holds every kubectl call that long first.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 
 def main(tool: str, argv: list[str]) -> int:
@@ -28,11 +31,14 @@ def main(tool: str, argv: list[str]) -> int:
         if argv[:3] != ["container", "clusters", "get-credentials"] or not kubeconfig:
             print(f"ERROR: fake gcloud: unexpected call {argv}", file=sys.stderr)
             return 2
-        with open(kubeconfig, "w") as fh:
-            fh.write(f"current-context: gke_{argv[3]}\n")
+        with open(kubeconfig, "w") as fh:  # $FAKE_KUBECONFIG_TEXT: one reaching a fake API
+            fh.write(os.environ.get("FAKE_KUBECONFIG_TEXT")
+                     or f"current-context: gke_{argv[3]}\n")
         print(f"Fetching cluster endpoint and auth data.\nkubeconfig entry generated for "
               f"{argv[3]}.", file=sys.stderr)
         return 0
+    if os.environ.get("FAKE_KUBECTL_SLEEP_S"):  # a kubectl that does not answer
+        time.sleep(float(os.environ["FAKE_KUBECTL_SLEEP_S"]))
     if not found:
         print("error: no kubeconfig: the connection to the server localhost:8080 was refused",
               file=sys.stderr)

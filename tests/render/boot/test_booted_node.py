@@ -35,6 +35,7 @@ from tests.render.boot.support import (
     _tls,
     open_cloud,
 )
+from tpuserve.settings.sections import PROXY_IMAGE
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def test_the_guest_attributes_tell_the_whole_story(booted: Booted) -> None:
     assert [v for k, v in story if k == "state"] == ["booting", "ready"]
     assert values["secret"] == "fetched"
     assert values["image"] == \
-        f"pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine digest={booted.old_digest}"
+        f"pulled vllm/vllm-tpu:nightly {PROXY_IMAGE} digest={booted.old_digest}"
     assert values["container"] == "started"
     assert values["memory"] == ("total_hbm_limit_gb=15.75GiB | total_hbm_limit_cap_gb=14.49GiB | "
                                 "total_hbm_used_gb=8.97GiB | total_hbm_avail_gb=5.52GiB")

@@ -11,6 +11,7 @@ from tests.render.boot.support import (
     Cloud,
     cache_object,
 )
+from tpuserve.settings.sections import PROXY_IMAGE
 
 
 def test_image_pulls_are_retried_and_a_local_build_is_a_fallback_keyed_on_its_id(
@@ -21,7 +22,7 @@ def test_image_pulls_are_retried_and_a_local_build_is_a_fallback_keyed_on_its_id
     node.run()
     assert len(node.docker_commands("pull")) == 4  # 2 failures, then vllm and nginx
     assert node.attrs()["image"] == \
-        f"pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine digest={cloud.digest()}"
+        f"pulled vllm/vllm-tpu:nightly {PROXY_IMAGE} digest={cloud.digest()}"
 
     node.stop()
     (node.root / "run/tpuserve/secrets/hf_token").unlink()  # as after a reboot: start afresh
@@ -36,7 +37,7 @@ def test_image_pulls_are_retried_and_a_local_build_is_a_fallback_keyed_on_its_id
     out = node.run()
     attrs = node.attrs()
     assert attrs["image"] == \
-        f"local vllm/vllm-tpu:nightly nginx:1.27.3-alpine id={image_id} (no repo digest)"
+        f"local vllm/vllm-tpu:nightly {PROXY_IMAGE} id={image_id} (no repo digest)"
     assert f"has no repo digest (built locally?): keying the compile cache on its id {image_id}" \
         in out
     assert attrs["state"] == "ready"
