@@ -171,6 +171,7 @@ class Discovery:
         self.schemas: Mapping[str, Any] = document.get("schemas", {})
         self.standard: Mapping[str, Any] = document.get("parameters", {})
         self.violations: list[str] = []
+        self.refusals: list[str] = []  # what guarded refused, for a test's or a reader's eyes
         # ESF/One Platform APIs (proto-backed) take $.xgafv and name fields in snake_case in
         # their errors (`at 'node.network_config'`), as the proto request message has them.
         self.proto = "$.xgafv" in self.standard
@@ -396,6 +397,8 @@ def _scalar(spec: Mapping[str, Any], value: Any, *, from_query: bool,
     if kind == "integer":
         if isinstance(value, bool):
             return "TYPE_INT32"
+        if isinstance(value, str) and strict_int64 and not from_query:
+            return f"TYPE_{fmt.upper() or 'INT32'}: a JSON number"  # Google writes int32 so
         if isinstance(value, str) and _DECIMAL.fullmatch(value):
             value = int(value)
         if not isinstance(value, int):
@@ -549,6 +552,7 @@ def guarded(doc: Discovery, handler: Callable[[Request], Response]) -> Callable[
             call = doc.check_request(request.method, raw_path(request), query,
                                      request_body(request))
         except DiscoveryRefusal as refusal:
+            doc.refusals.append(f"{request.method} {request.full_path}: {refusal.message}")
             return refusal.response(legacy_errors=legacy)
         response = handler(request)
         return check_answer(doc, call, response)

@@ -275,6 +275,7 @@ def test_documented_answer_validates(tpu: Discovery) -> None:
     ({"bogus": 1}, 'Unknown name "bogus"'),
     ({"state": "UP"}, "'state'"),
     ({"id": 123}, "a decimal string"),        # Google writes int64 as a string
+    ({"networkEndpoints": [{"port": "8470"}]}, "a JSON number"),  # and int32 as a number
     ({"networkEndpoints": {"ipAddress": "x"}}, "networkEndpoints"),
     ({"description": None}, "null"),
     ([], "expected an object"),

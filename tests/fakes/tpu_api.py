@@ -645,6 +645,7 @@ class FakeTpuApi:
                 flat=False), None if body is ValueError else body)
         except DiscoveryRefusal as refused:
             refusal = refused
+            doc.refusals.append(f"{request.method} {request.full_path}: {refused.message}")
         if body is ValueError:
             refusal = DiscoveryRefusal(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
         if refusal is not None and refusal.html_page:  # the front end: before any auth
