@@ -401,3 +401,21 @@ def test_the_body_may_repeat_its_own_path_parameter(tpu: Discovery) -> None:
                       {"name": name, "metadata": {"k": "v"}})
     other = refusal(tpu, "PATCH", NODE, {"updateMask": ["metadata"]}, {"name": name + "x"})
     assert "output only" in other.message
+
+
+def test_the_suites_check_sees_every_violation_since_its_mark(tpu: Discovery) -> None:
+    """tests/conftest.py fails a test with violations_since(mark) non-empty: a violation in
+    any document loaded before or during the test is seen, one cleared is not."""
+    from tests.fakes.discovery import violation_mark, violations_since
+
+    mark = violation_mark()
+    toy = Discovery({"name": "late", "version": "v1", "parameters": {}, "schemas": {},
+                     "resources": {}})  # loaded after the mark
+    tpu.violations.append("tpu answer")
+    toy.violations.append("late answer")
+    try:
+        assert violations_since(mark) == ["tpu answer", "late answer"]
+    finally:
+        tpu.violations.pop()
+        toy.violations.pop()
+    assert violations_since(mark) == []
