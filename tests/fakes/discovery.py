@@ -55,6 +55,7 @@ _DECIMAL = re.compile(r"-?\d+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
                "int64": (-(2**63), 2**63 - 1), "uint64": (0, 2**64 - 1)}
+_BEHAVIOR_TAGS = re.compile(r"^(?:(?:optional|required|immutable|identifier)\.\s*)+")
 _TEMPLATE_VAR = re.compile(r"\{(\+?)([^}]+)\}")
 _REGISTRY: list[Discovery] = []  # every document compiled in this process
 
@@ -153,7 +154,10 @@ def _read_only(prop: Mapping[str, Any]) -> bool:
     if prop.get("readOnly") is True:
         return True
     text = str(prop.get("description", "")).lstrip().lower()
-    return text.startswith(("output only", "[output only]", "[output-only]"))
+    # Field-behavior tags come first and in any order: "Optional. Output only. ..." (Secret
+    # Manager's SecretVersion.scheduledDestroyTime), "Required. Output only. ...".
+    text = _BEHAVIOR_TAGS.sub("", text)
+    return text.startswith(("output only", "output-only", "[output only]", "[output-only]"))
 
 
 def _walk(resources: Mapping[str, Any]) -> Iterable[dict[str, Any]]:

@@ -213,13 +213,15 @@ def test_read_only_flag_and_description_rules() -> None:
             "flagged": {"type": "string", "readOnly": True, "description": "Etag."},
             "described": {"type": "string", "description": "  output only: the time"},
             "free": {"type": "string", "description": "Outputs only if set."},
+            "tagged": {"type": "string", "description": "Optional. Output only. A time."},
+            "hyphen": {"type": "string", "description": "Output-only: a count."},
         }}},
         "resources": {"things": {"methods": {"insert": {
             "id": "toy.things.insert", "httpMethod": "POST", "path": "v1/things",
             "request": {"$ref": "Thing"}, "response": {"$ref": "Thing"}}}}},
     })
     doc.check_request("POST", "/v1/things", {}, {"free": "x"})
-    for name in ("flagged", "described"):
+    for name in ("flagged", "described", "tagged", "hyphen"):
         assert "output only" in refusal(doc, "POST", "/v1/things", {}, {name: "x"}).message
         doc.check_response(Call("toy.things.insert", {}), {name: "x"})  # fine in an answer
 
