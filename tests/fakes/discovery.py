@@ -55,6 +55,7 @@ _DECIMAL = re.compile(r"-?\d+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
                "int64": (-(2**63), 2**63 - 1), "uint64": (0, 2**64 - 1)}
+_BEHAVIOR_TAGS = re.compile(r"^(?:(?:optional|required|immutable|identifier)\.\s*)+")
 _TEMPLATE_VAR = re.compile(r"\{(\+?)([^}]+)\}")
 _REGISTRY: list[Discovery] = []  # every document compiled in this process
 
@@ -97,9 +98,10 @@ class DiscoveryRefusal(Exception):
             page = NOT_FOUND_PAGE.format(path=html.escape(self.path))
             return Response(page, self.code, mimetype="text/html")
         body = self.body()
-        if legacy_errors:  # Storage's JSON API also lists errors[] (domain, reason, message)
-            body["error"]["errors"] = [{"domain": "global", "reason": "invalid",
-                                        "message": self.message}]
+        if legacy_errors:  # Storage's JSON API: {"code", "message", "errors": [...]}
+            body = {"error": {"code": self.code, "message": self.message, "errors": [
+                {"domain": "global", "reason": "invalid" if self.code == 400 else "notFound",
+                 "message": self.message}]}}
         return Response(json.dumps(body), self.code, mimetype="application/json")
 
 
@@ -152,7 +154,10 @@ def _read_only(prop: Mapping[str, Any]) -> bool:
     if prop.get("readOnly") is True:
         return True
     text = str(prop.get("description", "")).lstrip().lower()
-    return text.startswith(("output only", "[output only]", "[output-only]"))
+    # Field-behavior tags come first and in any order: "Optional. Output only. ..." (Secret
+    # Manager's SecretVersion.scheduledDestroyTime), "Required. Output only. ...".
+    text = _BEHAVIOR_TAGS.sub("", text)
+    return text.startswith(("output only", "output-only", "[output only]", "[output-only]"))
 
 
 def _walk(resources: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
@@ -170,6 +175,10 @@ class Discovery:
         self.schemas: Mapping[str, Any] = document.get("schemas", {})
         self.standard: Mapping[str, Any] = document.get("parameters", {})
         self.violations: list[str] = []
+        self.refusals: list[str] = []  # what guarded refused, for a test's or a reader's eyes
+        # ESF/One Platform APIs (proto-backed) take $.xgafv and name fields in snake_case in
+        # their errors (`at 'node.network_config'`), as the proto request message has them.
+        self.proto = "$.xgafv" in self.standard
         self.methods: dict[str, dict[str, Any]] = {}
         self._routes: list[_Route] = []
         base = "/" + document.get("servicePath", "")
@@ -233,10 +242,19 @@ class Discovery:
             if request is None:
                 raise _invalid(f"{method['id']} takes no request body.", "")
             out: list[tuple[str, str]] = []
-            self._check(request, body, "", "request", out)
+            self._check(request, body, self._body_field(request["$ref"]), "request", out,
+                        identity=params)
             if out:
                 raise DiscoveryRefusal(400, "INVALID_ARGUMENT", out[0][1], field_violations=out)
         return Call(method["id"], params, alt, upload, session)
+
+    def _body_field(self, ref: str) -> str:
+        """Where a proto-backed API's error messages place the body: the request message's
+        field holding it (`node`, `queued_resource`; none for a `...Request` body, bound as
+        `*`). Storage's JSON API is not proto-backed: plain JSON names from the root."""
+        if not self.proto or ref.endswith("Request"):
+            return ""
+        return _snake(ref)
 
     def _match(self, http_method: str, path: str) -> tuple[_Route, dict[str, str]]:
         raw = urlsplit(path).path if "://" in path else path.split("?", 1)[0]
@@ -264,7 +282,10 @@ class Discovery:
         specs = method.get("parameters", {})
         for name, values in query.items():
             spec = specs.get(name) if specs.get(name, {}).get("location") == "query" else None
-            spec = spec or self.standard.get(name)
+            # System parameters also go by a "$" name ($alt, $fields: google-cloud-* REST
+            # transports send `$alt=json;enum-encoding=int`).
+            spec = spec or self.standard.get(name) or (
+                self.standard.get(name[1:]) if name.startswith("$") else None)
             if spec is None and session and name == "upload_id":
                 continue
             if spec is None:
@@ -277,13 +298,15 @@ class Discovery:
                 raise _invalid(f'Invalid JSON payload received. Multiple values for the '
                                f'non-repeated query parameter "{name}".', name)
             for value in values:
+                if name in ("alt", "$alt"):
+                    value = value.split(";", 1)[0]  # options: json;enum-encoding=int
                 problem = _scalar(spec, value, from_query=True)
                 if problem:
                     raise _invalid(f"Invalid value at '{name}' ({problem}), \"{value}\"", name)
         for name, spec in specs.items():
             if spec.get("location") == "query" and spec.get("required") and name not in query:
                 raise _invalid(f"Required parameter: {name}", name)
-        return (query.get("alt") or ["json"])[0]
+        return (query.get("alt") or query.get("$alt") or ["json"])[0].split(";", 1)[0]
 
     # ------------------------------------------------------------------ answers
     def check_response(self, call: Call, body: Any) -> None:
@@ -303,7 +326,14 @@ class Discovery:
 
     # ------------------------------------------------------------------ the schema walk
     def _check(self, schema: Mapping[str, Any], value: Any, at: str, mode: str,
-               out: list[tuple[str, str]]) -> None:
+               out: list[tuple[str, str]], identity: Mapping[str, str] | None = None) -> None:
+        """Append (field, description) to `out` for each way `value` breaks `schema`.
+
+        `identity`: the request's path parameters. A top-level read-only field that repeats
+        its own path parameter (nodes.patch's `name`, bound to the URL as `{+name}`:
+        google-cloud-tpu sends the resource's name in the body) is the request's target, not
+        an output written back, and is accepted when it names the same resource.
+        """
         ref = schema.get("$ref")
         if ref is not None:
             schema = self.schemas[ref]
@@ -323,9 +353,13 @@ class Discovery:
             props = schema.get("properties", {})
             extra = schema.get("additionalProperties")
             for key, item in value.items():
-                child = f"{at}.{key}" if at else key
+                name = _snake(key) if self.proto and mode == "request" and key in props else key
+                child = f"{at}.{name}" if at else name
+                if key not in props and extra is not None:
+                    child = f"{at}[{key}]"
                 if key in props:
-                    if mode == "request" and _read_only(props[key]):
+                    echo = identity is not None and identity.get(key) == item
+                    if mode == "request" and _read_only(props[key]) and not echo:
                         out.append((child, (f"Field '{child}' is output only (read-only) and "
                                            "may not be set in a request.")))
                         continue
@@ -349,6 +383,10 @@ class Discovery:
             out.append((at, f"Invalid value{where} ({problem}), {json.dumps(value)[:80]}"))
 
 
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 def _scalar(spec: Mapping[str, Any], value: Any, *, from_query: bool,
             strict_int64: bool = False) -> str:
     """'' if `value` fits the scalar `spec`, else what it should have been.
@@ -363,6 +401,8 @@ def _scalar(spec: Mapping[str, Any], value: Any, *, from_query: bool,
     if kind == "integer":
         if isinstance(value, bool):
             return "TYPE_INT32"
+        if isinstance(value, str) and strict_int64 and not from_query:
+            return f"TYPE_{fmt.upper() or 'INT32'}: a JSON number"  # Google writes int32 so
         if isinstance(value, str) and _DECIMAL.fullmatch(value):
             value = int(value)
         if not isinstance(value, int):
@@ -516,6 +556,7 @@ def guarded(doc: Discovery, handler: Callable[[Request], Response]) -> Callable[
             call = doc.check_request(request.method, raw_path(request), query,
                                      request_body(request))
         except DiscoveryRefusal as refusal:
+            doc.refusals.append(f"{request.method} {request.full_path}: {refusal.message}")
             return refusal.response(legacy_errors=legacy)
         response = handler(request)
         return check_answer(doc, call, response)
@@ -548,4 +589,5 @@ def check_answer(doc: Discovery, call: Call, response: Response) -> Response:
 
 
 __all__ = ["Call", "Discovery", "DiscoveryRefusal", "ResponseViolation", "all_violations",
-           "check_answer", "deliberate", "guarded", "raw_path", "request_body", "violation_mark", "violations_since"]
+           "check_answer", "deliberate", "guarded", "raw_path", "request_body", "violation_mark",
+           "violations_since"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from werkzeug import Request, Response
 
+from .discovery import Discovery, guarded
 from .metadata import FaultQueue, LoopbackServer
 
 _GET = re.compile(r"/v1/projects/([^/]+)/serviceAccounts/([^/:]+)")
@@ -44,7 +45,8 @@ class FakeIam:
         self.calls: list[IamCall] = []
         self.faults = FaultQueue()
         self._lock = threading.Lock()
-        self.server = LoopbackServer(self._handle)
+        # Requests and answers checked against iam.v1's discovery document.
+        self.server = LoopbackServer(guarded(Discovery.load("iam", "v1"), self._handle))
 
     @property
     def endpoint(self) -> str:

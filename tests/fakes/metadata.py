@@ -104,7 +104,10 @@ class FaultQueue:
                     fault.times -= 1
                     if fault.times <= 0:
                         self._faults.remove(fault)
-                    return fault.answer()
+                    answer = fault.answer()
+                    # Asked for by the test: a discovery guard passes it on unchecked.
+                    answer.deliberate = True  # type: ignore[attr-defined]
+                    return answer
         return None
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from werkzeug import Request, Response
 
+from .discovery import Discovery, guarded
 from .metadata import FaultQueue, LoopbackServer
 from .storage import crc32c
 
@@ -57,7 +58,8 @@ class FakeSecretManager:
         self.denied: set[str] = set()  # permissions the caller lacks (secretmanager.secrets.get)
         self.faults = FaultQueue()  # front-end pages, dropped connections (see fail_next)
         self._lock = threading.Lock()
-        self.server = LoopbackServer(self._handle)
+        # Requests and answers checked against secretmanager.v1's discovery document.
+        self.server = LoopbackServer(guarded(Discovery.load("secretmanager", "v1"), self._handle))
 
     @property
     def endpoint(self) -> str:

@@ -20,8 +20,11 @@ Request shapes as documented:
   PATCH /storage/v1/b/BUCKET/o/OBJECT                      (objects.patch; Content-Type
         application/json; the body holds the fields to change: only `customTime`, an RFC 3339
         timestamp, is supported, any other field is refused)
-Every call needs `Authorization: Bearer <token>`. Errors use the JSON API's error shape
-({"error": {"code", "message", "errors": [{"domain", "reason", "message"}]}}). Downloads carry
+Every request is checked against Google's storage.v1 discovery document first (method, path,
+query parameters, the JSON body's fields; tests/fakes/discovery.py) and every JSON answer
+against its response schema. Every call needs `Authorization: Bearer <token>`. Errors use the
+JSON API's error shape ({"error": {"code", "message", "errors": [{"domain", "reason",
+"message"}]}}). Downloads carry
 `x-goog-hash: crc32c=...,md5=...`. Point code at it with
 `CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE=<fake.endpoint>`.
 
@@ -45,6 +48,7 @@ from urllib.parse import quote, unquote
 
 from werkzeug import Request, Response
 
+from .discovery import Discovery, guarded
 from .metadata import LoopbackServer, dropped
 
 _OBJECT_PATH = re.compile(r"/storage/v1/b/([^/]+)/o/([^/]+)")
@@ -54,13 +58,10 @@ PROJECT_NUMBER = "123456789012"
 # RFC 3339 date-time (the JSON API's "datetime" format): seconds required, offset required.
 _RFC3339 = re.compile(
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[Zz]|[+-]\d\d:\d\d)")
-# Fields of the object resource that objects.patch may change. The fake implements customTime;
-# the others are refused as unsupported rather than silently ignored.
+# Fields of the object resource that objects.patch may change: the discovery document says
+# which exist; of those the fake implements customTime and refuses the rest as unsupported
+# rather than silently ignoring them.
 _WRITABLE = {"customTime"}
-_PATCH_UNSUPPORTED = {
-    "acl", "cacheControl", "contentDisposition", "contentEncoding", "contentLanguage",
-    "contentType", "eventBasedHold", "metadata", "retention", "temporaryHold",
-}
 
 
 def _crc32c_table() -> list[int]:
@@ -142,7 +143,8 @@ class FakeStorage:
         self._generation = 1_700_000_000_000_000
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # ends a delayed answer early: stop() stays fast
-        self.server = LoopbackServer(self._handle)
+        # Requests and answers checked against storage.v1's discovery document.
+        self.server = LoopbackServer(guarded(Discovery.load("storage", "v1"), self._handle))
 
     @property
     def endpoint(self) -> str:
@@ -452,12 +454,9 @@ class FakeStorage:
             return _error(400, "parseError", "Parse Error")
         if not isinstance(body, dict):
             return _error(400, "parseError", "Parse Error: expected a JSON object")
-        for key in body:
-            if key in _PATCH_UNSUPPORTED:
-                return _error(400, "invalid", f"fake storage: patching {key} is not supported")
+        for key in body:  # the document refused unknown fields already
             if key not in _WRITABLE:
-                return _error(400, "invalid", f"Invalid JSON payload received. Unknown name "
-                              f"\"{key}\": Cannot find field.")
+                return _error(400, "invalid", f"fake storage: patching {key} is not supported")
         value = body.get("customTime")
         when = _parse_rfc3339(value) if isinstance(value, str) else None
         if "customTime" in body and when is None:

@@ -154,19 +154,19 @@ def test_documented_body_is_accepted(tpu: Discovery) -> None:
 
 
 @pytest.mark.parametrize("body,needle", [
-    ({"bogus": 1}, 'Unknown name "bogus": Cannot find field.'),
-    ({"networkConfig": {"bogus": 1}}, "Unknown name \"bogus\" at 'networkConfig'"),
+    ({"bogus": 1}, "Unknown name \"bogus\" at 'node': Cannot find field."),
+    ({"networkConfig": {"bogus": 1}}, "Unknown name \"bogus\" at 'node.network_config'"),
     ({"accelerator_type": "v5litepod-8"}, 'Unknown name "accelerator_type"'),  # snake_case
-    ({"acceleratorConfig": {"type": "V9"}}, "acceleratorConfig.type"),          # enum
-    ({"state": "READY"}, "Field 'state' is output only"),                      # readOnly desc
-    ({"networkEndpoints": [{"ipAddress": "1.2.3.4"}]}, "networkEndpoints"),
-    ({"labels": "managed-by=tpuserve"}, "'labels'"),                            # map type
-    ({"labels": {"k": 1}}, "'labels.k'"),                                       # map values
-    ({"tags": "a"}, "'tags'"),                                                  # array
+    ({"acceleratorConfig": {"type": "V9"}}, "node.accelerator_config.type"),     # enum
+    ({"state": "READY"}, "Field 'node.state' is output only"),                      # readOnly desc
+    ({"networkEndpoints": [{"ipAddress": "1.2.3.4"}]}, "node.network_endpoints"),
+    ({"labels": "managed-by=tpuserve"}, "'node.labels'"),                       # map type
+    ({"labels": {"k": 1}}, "'node.labels[k]'"),                                  # map values
+    ({"tags": "a"}, "'node.tags'"),                                             # array
     ({"networkConfig": {"enableExternalIps": "true"}}, "TYPE_BOOL"),            # boolean
     ({"networkConfig": {"queueCount": 1.5}}, "TYPE_INT32"),                     # integer
     ({"bootDiskConfig": {"diskSizeGb": "100"}}, 'Unknown name "diskSizeGb"'),   # v2alpha1's
-    ({"dataDisks": [{"mode": "RW"}]}, "dataDisks[0].mode"),                     # nested enum
+    ({"dataDisks": [{"mode": "RW"}]}, "node.data_disks[0].mode"),               # nested enum
 ])
 def test_body_rules_refuse(tpu: Discovery, body: dict[str, Any], needle: str) -> None:
     refused = refusal(tpu, "POST", NODES, {"nodeId": ["n1"]}, body)
@@ -182,7 +182,7 @@ def test_int64_accepts_a_decimal_string_or_an_integer_in_requests() -> None:
         doc.check_request("POST", path, {}, {"bootDiskConfig": {"diskSizeGb": size}})
     for size in ("100GB", 1.5, True, "99999999999999999999"):
         refused = refusal(doc, "POST", path, {}, {"bootDiskConfig": {"diskSizeGb": size}})
-        assert "bootDiskConfig.diskSizeGb" in refused.message
+        assert "node.boot_disk_config.disk_size_gb" in refused.message
 
 
 def test_duration_and_datetime_formats() -> None:
@@ -203,7 +203,7 @@ def test_compute_output_only_is_written_in_brackets() -> None:
     doc = Discovery.load("compute", "v1")
     path = "/compute/v1/projects/p/zones/us-central1-a/instances"
     refused = refusal(doc, "POST", path, {}, {"name": "vm", "creationTimestamp": "x"})
-    assert "creationTimestamp" in refused.message and "output only" in refused.message
+    assert "instance.creation_timestamp" in refused.message and "output only" in refused.message
 
 
 def test_read_only_flag_and_description_rules() -> None:
@@ -213,13 +213,15 @@ def test_read_only_flag_and_description_rules() -> None:
             "flagged": {"type": "string", "readOnly": True, "description": "Etag."},
             "described": {"type": "string", "description": "  output only: the time"},
             "free": {"type": "string", "description": "Outputs only if set."},
+            "tagged": {"type": "string", "description": "Optional. Output only. A time."},
+            "hyphen": {"type": "string", "description": "Output-only: a count."},
         }}},
         "resources": {"things": {"methods": {"insert": {
             "id": "toy.things.insert", "httpMethod": "POST", "path": "v1/things",
             "request": {"$ref": "Thing"}, "response": {"$ref": "Thing"}}}}},
     })
     doc.check_request("POST", "/v1/things", {}, {"free": "x"})
-    for name in ("flagged", "described"):
+    for name in ("flagged", "described", "tagged", "hyphen"):
         assert "output only" in refusal(doc, "POST", "/v1/things", {}, {name: "x"}).message
         doc.check_response(Call("toy.things.insert", {}), {name: "x"})  # fine in an answer
 
@@ -275,6 +277,7 @@ def test_documented_answer_validates(tpu: Discovery) -> None:
     ({"bogus": 1}, 'Unknown name "bogus"'),
     ({"state": "UP"}, "'state'"),
     ({"id": 123}, "a decimal string"),        # Google writes int64 as a string
+    ({"networkEndpoints": [{"port": "8470"}]}, "a JSON number"),  # and int32 as a number
     ({"networkEndpoints": {"ipAddress": "x"}}, "networkEndpoints"),
     ({"description": None}, "null"),
     ([], "expected an object"),
@@ -323,10 +326,13 @@ def test_guarded_refuses_with_google_error_json(tpu: Discovery) -> None:
     assert page.status_code == 404 and page.mimetype == "text/html" and not seen
 
 
-def test_guarded_storage_errors_carry_the_json_apis_errors_list(storage: Discovery) -> None:
+def test_guarded_storage_errors_take_the_json_apis_shape(storage: Discovery) -> None:
+    """Storage's JSON API is not One Platform: {"code", "message", "errors": [...]}."""
     client, _ = _client(storage)
     error = client.get("/storage/v1/b/bkt?bogus=1").get_json()["error"]
-    assert error["errors"][0]["reason"] == "invalid" and error["status"] == "INVALID_ARGUMENT"
+    assert error["code"] == 400 and 'Unknown name "bogus"' in error["message"]
+    assert error["errors"] == [{"domain": "global", "reason": "invalid",
+                                "message": error["message"]}]
 
 
 def test_guarded_keeps_percent_encoding_of_the_raw_path(storage: Discovery) -> None:
@@ -381,3 +387,37 @@ def test_guarded_reads_the_metadata_part_of_a_multipart_upload(storage: Discover
     assert client.post(url, data=multipart({"name": "x"}), content_type=ctype).status_code == 200
     refused = client.post(url, data=multipart({"name": "x", "bogus": 1}), content_type=ctype)
     assert refused.status_code == 400 and len(seen) == 1
+
+
+def test_system_parameters_by_their_dollar_names(tpu: Discovery) -> None:
+    call = tpu.check_request("GET", NODE, {"$alt": ["json;enum-encoding=int"]}, None)
+    assert call.alt == "json"
+    assert refusal(tpu, "GET", NODE, {"$alt": ["xml"]}).code == 400
+    assert refusal(tpu, "GET", NODE, {"$bogus": ["1"]}).code == 400
+
+
+def test_the_body_may_repeat_its_own_path_parameter(tpu: Discovery) -> None:
+    """google-cloud-tpu's update_node puts node.name (bound to the URL) in the body too."""
+    name = "projects/p/locations/us-central1-a/nodes/n1"
+    tpu.check_request("PATCH", NODE, {"updateMask": ["metadata"]},
+                      {"name": name, "metadata": {"k": "v"}})
+    other = refusal(tpu, "PATCH", NODE, {"updateMask": ["metadata"]}, {"name": name + "x"})
+    assert "output only" in other.message
+
+
+def test_the_suites_check_sees_every_violation_since_its_mark(tpu: Discovery) -> None:
+    """tests/conftest.py fails a test with violations_since(mark) non-empty: a violation in
+    any document loaded before or during the test is seen, one cleared is not."""
+    from tests.fakes.discovery import violation_mark, violations_since
+
+    mark = violation_mark()
+    toy = Discovery({"name": "late", "version": "v1", "parameters": {}, "schemas": {},
+                     "resources": {}})  # loaded after the mark
+    tpu.violations.append("tpu answer")
+    toy.violations.append("late answer")
+    try:
+        assert violations_since(mark) == ["tpu answer", "late answer"]
+    finally:
+        tpu.violations.pop()
+        toy.violations.pop()
+    assert violations_since(mark) == []

@@ -121,12 +121,13 @@ def _patch(api: FakeTpuApi, node: object, mask: str | None = "metadata",
     ("metadata,colour", {"metadata": {"a": "b"}}, "'colour' is not a field of Node"),
     ("acceleratorType", {"acceleratorType": "v5litepod-4"}, "'acceleratorType' cannot be updated"),
     ("state", {"metadata": {}}, "'state' cannot be updated"),
-    ("metadata", {"metadata": {"a": 1}}, "Invalid value at 'node.metadata' (map<string, string>)"),
-    ("metadata", {"metadata": ["a"]}, "(map<string, string>)"),
-    ("metadata", {"metadata": {}, "state": "READY"}, "output-only field(s) state"),
-    ("metadata", {"metadata": {}, "name": "projects/x/locations/y/nodes/z"}, "does not match"),
+    ("metadata", {"metadata": {"a": 1}}, "Invalid value at 'node.metadata[a]' (TYPE_STRING)"),
+    ("metadata", {"metadata": ["a"]}, "'node.metadata' (object)"),
+    ("metadata", {"metadata": {}, "state": "READY"}, "Field 'node.state' is output only"),
+    ("metadata", {"metadata": {}, "name": "projects/x/locations/y/nodes/z"},
+     "Field 'node.name' is output only"),   # only the URL's own name may be repeated
     ("metadata", {"meta_data": {}}, 'Unknown name "meta_data"'),
-    ("metadata", ["metadata"], "a Node object is required"),
+    ("metadata", ["metadata"], "(Node)"),
 ])
 def test_a_node_patch_takes_only_the_documented_shape(api, mask, node, message) -> None:
     api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body())

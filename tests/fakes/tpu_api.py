@@ -1,11 +1,14 @@
 """A fake Cloud TPU API on 127.0.0.1: v2alpha1 queued resources, v2/v2alpha1 nodes, operations.
 
-It accepts exactly the documented request shapes (camelCase field names of the REST reference,
-required fields, methods, URL paths) and rejects anything else with the real API's error JSON
+Every request is checked against Google's discovery document of its version (tpu.v2 or
+tpu.v2alpha1, by the path's prefix; tests/fakes/discovery.py): method and URL path, query
+parameters, the body's fields, types and enums, read-only fields refused; and every answer
+against the method's response schema. Anything else gets the real API's error JSON
 ({"error": {"code", "message", "status"}}). It is stricter than the real API in three ways
 that guard this project's own rules: a create must carry provisioningModel and runDuration,
 networkConfig.enableExternalIps must be true (raw REST without it gives no external IP), and
-snake_case field names are refused (the real parser accepts them).
+snake_case field names are refused (the real parser accepts them; the document names only
+the camelCase ones).
 
 Usage:
 
@@ -46,6 +49,8 @@ from typing import Any, Self
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from .discovery import Call, Discovery, DiscoveryRefusal, check_answer, raw_path
+
 DEFAULT_TOKEN = "fake-access-token"
 CHAIN = {
     "CREATING": "ACCEPTED",
@@ -69,52 +74,13 @@ _STATE_DATA = {
 }
 
 # ---------------------------------------------------------------- the documented shapes
-# Field schemas of the v2alpha1 REST reference (QueuedResource, Node and their parts).
-# "str"/"bool"/"int"/"duration"/"timestamp"/"map" are leaves; a dict is a message; a
-# one-element list is a repeated field; a set is an enum.
-_DURATION_RE = re.compile(r"\d+(\.\d{1,9})?s")
-_TIMESTAMP_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
-NETWORK_CONFIG = {
-    "network": "str", "subnetwork": "str", "enableExternalIps": "bool", "canIpForward": "bool",
-    "queueCount": "int",
-}
-NODE = {
-    "description": "str", "acceleratorType": "str",
-    "acceleratorConfig": {"type": {"V2", "V3", "V4", "V5LITE_POD", "V5P", "V6E"},
-                          "topology": "str"},
-    "runtimeVersion": "str", "cidrBlock": "str",
-    "networkConfig": NETWORK_CONFIG, "networkConfigs": [NETWORK_CONFIG],
-    "serviceAccount": {"email": "str", "scope": ["str"]},
-    "schedulingConfig": {"preemptible": "bool", "reserved": "bool", "spot": "bool"},
-    "dataDisks": [{"sourceDisk": "str", "mode": {"DISK_MODE_UNSPECIFIED", "READ_WRITE",
-                                                 "READ_ONLY"}}],
-    "labels": "map", "metadata": "map", "tags": ["str"],
-    "shieldedInstanceConfig": {"enableSecureBoot": "bool"},
-    "bootDiskConfig": {"customerEncryptionKey": {"kmsKeyName": "str"},
-                       "enableConfidentialCompute": "bool", "diskSizeGb": "int"},
-}
+# Request and answer shapes come from the discovery documents (tests/fakes/discovery.py);
+# what follows is the fake's own bookkeeping: the fields it never copies from a body into
+# state (it writes them itself) and the patchable fields nodes.patch's updateMask documents.
 NODE_OUTPUT_ONLY = frozenset({
     "name", "state", "healthDescription", "health", "id", "createTime", "networkEndpoints",
     "apiVersion", "symptoms", "queuedResource", "multisliceNode",
 })
-QUEUED_RESOURCE = {
-    "tpu": {"nodeSpec": [{
-        "parent": "str", "nodeId": "str",
-        "multiNodeParams": {"nodeCount": "int", "nodeIdPrefix": "str", "workloadType": "str"},
-        "node": NODE,
-    }]},
-    "spot": {}, "bestEffort": {},
-    "guaranteed": {"minDuration": "duration", "reserved": "bool"},
-    "queueingPolicy": {
-        "validUntilDuration": "duration", "validUntilTime": "timestamp",
-        "validAfterDuration": "duration", "validAfterTime": "timestamp",
-        "validInterval": {"startTime": "timestamp", "endTime": "timestamp"},
-    },
-    "reservationName": "str",
-    "provisioningModel": {"PROVISIONING_MODEL_UNSPECIFIED", "STANDARD", "SPOT",
-                          "RESERVATION_BOUND", "FLEX_START"},
-    "runDuration": {"maxRunDuration": "duration", "terminationTime": "timestamp"},
-}
 QR_OUTPUT_ONLY = frozenset({"name", "createTime", "state"})
 # nodes.patch's updateMask: "Supported fields: [description, tags, labels, metadata,
 # networkConfig.enable_external_ips]" (a FieldMask's JSON form is camelCase; both spellings
@@ -126,7 +92,6 @@ NODE_PATCHABLE = {
     "networkConfig.enable_external_ips": ("networkConfig", "enableExternalIps"),
     "network_config.enable_external_ips": ("networkConfig", "enableExternalIps"),
 }
-GUEST_ATTRIBUTES_REQUEST = {"queryPath": "str", "workerIds": ["str"]}
 MAX_FLEX_RUN_S = 7 * 24 * 3600  # flex-start lasts at most 7 days
 _ID_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -187,53 +152,9 @@ def _invalid(message: str) -> ApiFault:
     return ApiFault(400, "INVALID_ARGUMENT", message)
 
 
-def _snake(path: str) -> str:
-    return re.sub(r"[A-Z]", lambda m: "_" + m.group().lower(), path)
-
-
-def _check(value: object, schema: object, path: str, output_only: frozenset[str] = frozenset(),
-           ) -> None:
-    """Raise INVALID_ARGUMENT like the real JSON parser when `value` breaks `schema`."""
-    where = _snake(path)
-    if isinstance(schema, dict):
-        if not isinstance(value, dict):
-            raise _invalid(f"Invalid value at '{where}', expected an object")
-        for key, sub in value.items():
-            if key in output_only:
-                continue  # output-only fields are ignored on input, as the API does
-            if key not in schema:
-                raise _invalid(
-                    f'Invalid JSON payload received. Unknown name "{key}" at \'{where}\': '
-                    "Cannot find field."
-                )
-            nested_out = NODE_OUTPUT_ONLY if schema[key] is NODE else frozenset()
-            _check(sub, schema[key], f"{path}.{key}", nested_out)
-        return
-    if isinstance(schema, list):
-        if not isinstance(value, list):
-            raise _invalid(f"Invalid value at '{where}', expected a list")
-        for i, item in enumerate(value):
-            nested_out = NODE_OUTPUT_ONLY if schema[0] is NODE else frozenset()
-            _check(item, schema[0], f"{path}[{i}]", nested_out)
-        return
-    if isinstance(schema, set):
-        if value not in schema:
-            raise _invalid(f"Invalid value at '{where}' (TYPE_ENUM), {json.dumps(value)}")
-        return
-    ok = {
-        "str": isinstance(value, str),
-        "bool": isinstance(value, bool),
-        "int": (isinstance(value, int) and not isinstance(value, bool))
-        or (isinstance(value, str) and value.isdigit()),
-        "duration": isinstance(value, str) and bool(_DURATION_RE.fullmatch(value)),
-        "timestamp": isinstance(value, str) and bool(_TIMESTAMP_RE.fullmatch(value)),
-        "map": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
-    }[str(schema)]
-    if not ok:
-        kind = {"str": "TYPE_STRING", "bool": "TYPE_BOOL", "int": "TYPE_INT64",
-                "duration": "google.protobuf.Duration", "timestamp": "google.protobuf.Timestamp",
-                "map": "map<string, string>"}[str(schema)]
-        raise _invalid(f"Invalid value at '{where}' ({kind}), {json.dumps(value)}")
+def _node_fields(version: str) -> Mapping[str, Any]:
+    """Node's fields in the discovery document of `version` (v2, v2alpha1)."""
+    return Discovery.load("tpu", version).schemas["Node"]["properties"]
 
 
 def _seconds(duration: str) -> float:
@@ -360,6 +281,11 @@ class _Operation:
         return out
 
 
+def _document(path: str) -> Discovery:
+    """The discovery document of the version the path names (v2alpha1 or v2)."""
+    return Discovery.load("tpu", "v2alpha1" if path.startswith("/v2alpha1/") else "v2")
+
+
 def _rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
@@ -381,17 +307,6 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(rf"/{_V}/{_LOC}/nodes/(?P<id>[^/:]+):getGuestAttributes"),
      "guest_attributes"),
 ]
-SYSTEM_PARAMETERS = frozenset({"$alt", "alt", "$fields", "fields", "prettyPrint", "key"})
-ALLOWED_QUERY = {
-    "create_qr": {"queuedResourceId", "requestId"},
-    "list_qrs": {"pageSize", "pageToken", "filter", "orderBy"},
-    "delete_qr": {"force", "requestId"},
-    "delete_node": {"requestId"},
-    "list_nodes": {"pageSize", "pageToken"},
-    "patch_node": {"updateMask", "requestId"},
-}
-
-
 class _QuietHandler(WSGIRequestHandler):
     # Headers and body go out as separate writes: without TCP_NODELAY the second waits for
     # the client's delayed ACK (~40 ms a request).
@@ -765,6 +680,18 @@ class FakeTpuApi:
         record = Recorded(request.method, request.path, dict(request.args.items()),
                           None if body is ValueError else body, auth.startswith("Bearer "))
         self.requests.append(record)
+        doc = _document(request.path)
+        refusal: DiscoveryRefusal | None = None
+        try:
+            call = doc.check_request(request.method, raw_path(request), request.args.to_dict(
+                flat=False), None if body is ValueError else body)
+        except DiscoveryRefusal as refused:
+            refusal = refused
+            doc.refusals.append(f"{request.method} {request.full_path}: {refused.message}")
+        if body is ValueError:
+            refusal = DiscoveryRefusal(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
+        if refusal is not None and refusal.html_page:  # the front end: before any auth
+            return refusal.response()
         try:
             if not auth.startswith("Bearer ") or (
                 self._require_exact_token and auth != f"Bearer {self.token}"
@@ -774,6 +701,8 @@ class FakeTpuApi:
                     "Request is missing required authentication credential. Expected OAuth 2 "
                     "access token, login cookie or other valid authentication credential.",
                 )
+            if refusal is not None:
+                return refusal.response()
             fault = self._take_fault(request)
             if fault is not None and fault.kind == "error":
                 assert fault.error is not None
@@ -788,26 +717,25 @@ class FakeTpuApi:
                 page = HTML_ERROR_PAGE.format(code=code, phrase=HTTPStatus(code).phrase)
                 return Response(page, code, mimetype="text/html")
             if fault is not None:  # drop or stall: done by _wsgi, outside the lock
-                answer = self._answer(request, body)
+                answer = self._answer(request, body, doc, call)
                 answer.fault = fault  # type: ignore[attr-defined]
                 return answer
-            return self._answer(request, body)
+            return self._answer(request, body, doc, call)
         except ApiFault as fault:
             return fault.response()
 
-    def _answer(self, request: Request, body: Any) -> Response:
+    def _answer(self, request: Request, body: Any, doc: Discovery, call: Call) -> Response:
         try:
-            if body is ValueError:
-                raise _invalid("Invalid JSON payload received.")
             self._tick()
             for method, pattern, handler in ROUTES:
                 m = pattern.fullmatch(request.path)
                 if m and method == request.method:
-                    self._check_query(handler, request)
                     status, payload = getattr(self, f"_h_{handler}")(m.groupdict(), request, body)
-                    return Response(json.dumps(payload), status, mimetype="application/json")
+                    answer = Response(json.dumps(payload), status, mimetype="application/json")
+                    return check_answer(doc, call, answer)
             raise ApiFault(404, "NOT_FOUND",
-                           f"Method not found: {request.method} {request.path}")
+                           f"Method not found: {request.method} {request.path} (documented "
+                           f"as {call.method_id}, not served by this fake)")
         except ApiFault as fault:
             return fault.response()
 
@@ -833,18 +761,6 @@ class FakeTpuApi:
                 return fault
         return None
 
-    @staticmethod
-    def _check_query(handler: str, request: Request) -> None:
-        # Google's system parameters are accepted on every method: google-cloud-tpu's REST
-        # transport sends `$alt=json;enum-encoding=int` on every call.
-        allowed = ALLOWED_QUERY.get(handler, set()) | SYSTEM_PARAMETERS
-        for key in request.args:
-            if key not in allowed:
-                raise _invalid(
-                    f'Invalid JSON payload received. Unknown name "{key}": Cannot bind query '
-                    "parameter."
-                )
-
     def _operation(self, project: str, zone: str, verb: str, target: str, api_version: str,
                    done: Callable[[], bool], response: Callable[[], dict[str, Any]],
                    error: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -865,7 +781,6 @@ class FakeTpuApi:
             )
         if not isinstance(body, dict):
             raise _invalid("Invalid JSON payload received: a QueuedResource object is required.")
-        _check(body, QUEUED_RESOURCE, "queued_resource", QR_OUTPUT_ONLY)
         self._check_flex(body, g)
         name = self.qr_name(g["project"], g["zone"], qr_id)
         if name in self.queued_resources:
@@ -948,9 +863,7 @@ class FakeTpuApi:
 
     def _h_delete_qr(self, g: dict[str, str], request: Request, body: Any,
                      ) -> tuple[int, dict[str, Any]]:
-        force = request.args.get("force", "false")
-        if force not in ("true", "false"):
-            raise _invalid(f'Invalid value at \'force\' (TYPE_BOOL), "{force}"')
+        force = request.args.get("force", "false")  # a boolean: the document checked it
         record = self._existing_qr(g)
         if record.state == "PROVISIONING":
             code, status = self.provisioning_delete_refusal
@@ -1016,7 +929,7 @@ class FakeTpuApi:
                            f"{', '.join(sorted(NODE_PATCHABLE))}.")
         for path in mask:
             if path not in NODE_PATCHABLE:
-                known = path.split(".")[0] in NODE or path.split(".")[0] in NODE_OUTPUT_ONLY
+                known = path.split(".")[0] in _node_fields(g["v"])
                 raise _invalid(
                     f"Invalid argument: update_mask field '{path}' "
                     + ("cannot be updated" if known else "is not a field of Node")
@@ -1028,13 +941,6 @@ class FakeTpuApi:
         if "name" in body and body["name"] != name:
             raise _invalid(f"Invalid argument: node.name {body['name']!r} does not match the "
                            f"URL's {name!r}.")
-        # Stricter than the real API (which ignores them): output-only fields have no place in
-        # an update, so a client that sends them is echoing a GET back.
-        extra = sorted(k for k in body if k in NODE_OUTPUT_ONLY and k != "name")
-        if extra:
-            raise _invalid(f"Invalid argument: output-only field(s) {', '.join(extra)} in the "
-                           "update (fake policy: send only the fields in update_mask).")
-        _check({k: v for k, v in body.items() if k != "name"}, NODE, "node")
         node = self._existing_node(g)
         if node.state == "DELETING":
             raise ApiFault(400, "FAILED_PRECONDITION",
@@ -1088,8 +994,6 @@ class FakeTpuApi:
 
     def _h_guest_attributes(self, g: dict[str, str], request: Request, body: Any,
                             ) -> tuple[int, dict[str, Any]]:
-        _check(body if body is not None else {}, GUEST_ATTRIBUTES_REQUEST,
-               "get_guest_attributes_request")
         node = self._existing_node(g)
         query = (body or {}).get("queryPath", "")
         items = []
@@ -1144,4 +1048,3 @@ def _h_list_locations(self: FakeTpuApi, g: dict[str, str], request: Request, bod
 FakeTpuApi._h_list_locations = _h_list_locations  # type: ignore[attr-defined]
 ROUTES.append(("GET", re.compile(rf"/{_V}/projects/(?P<project>[^/]+)/locations"),
                "list_locations"))
-ALLOWED_QUERY["list_locations"] = {"filter", "pageSize", "pageToken", "extraLocationTypes"}
