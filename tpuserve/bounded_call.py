@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -47,3 +48,11 @@ def within(seconds: float, call: Callable[[], T], expired: Callable[[], BaseExce
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def client_deadline(client: Any, seconds: float) -> AbstractContextManager[Any]:
+    """CLIENT's calls inside this block end within SECONDS: a Google API client's
+    `deadline_within` (tpuserve.gcp.api.GoogleApi); a client without one (a test's stand-in)
+    is left as it is."""
+    bound = getattr(client, "deadline_within", None)
+    return bound(seconds) if callable(bound) else nullcontext()

@@ -8,14 +8,14 @@ failure the boot script recorded. Clock and sleep are injectable; nothing here p
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 
+from tpuserve.bounded_call import client_deadline
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import DEFAULT_POLICY
 from tpuserve.gcp.tpu.queued_resources import (
@@ -93,12 +93,6 @@ def _read(fn: Callable[[], T]) -> T:
         if not DEFAULT_POLICY.is_transient(exc.code):
             raise
         raise _Unreadable(f"{UNREADABLE} ({exc.code} {exc.status}: {exc.message})") from None
-
-
-def _tpu_deadline(tpu: Any, seconds: float) -> contextlib.AbstractContextManager[Any]:
-    """The TPU client's calls (each try, its retries) end with the wait's timeout."""
-    bound = getattr(tpu, "deadline_within", None)
-    return bound(seconds) if callable(bound) else contextlib.nullcontext()
 
 
 def wait_for_stack(
@@ -230,7 +224,7 @@ def wait_for_stack(
                 )
         return None
 
-    with _tpu_deadline(tpu, timeout_s):
+    with client_deadline(tpu, timeout_s):  # each TPU call, retries included
         while True:
             try:
                 result = poll_once()
