@@ -33,7 +33,7 @@ from tpuserve.render.fleet_bundle import APP_LABEL, DEPLOYMENT, GATEWAY, HPA, NA
 from tpuserve.settings import Deployment
 
 from . import kube, server
-from .bounded_http import Deadline, within
+from .bounded_http import within
 from .errors import EXIT_TIMEOUT, EXIT_USAGE, OpsError, one_line
 from .server import ServerTarget
 
@@ -517,18 +517,16 @@ def wait_for_fleet(
                            hint=f"`tpuserve status {d.name}` shows each pod and why it waits",
                            exit_code=EXIT_TIMEOUT)
 
-    deadline = Deadline(timeout_s, clock)
     # The kubeconfig's credential plugin runs in connect(): it ends with the timeout too.
     k = within(timeout_s, lambda: connect(d), lambda: OpsError(
         f"{d.name}: not serving after {timeout_s:g} s (timeout): the kubeconfig's credentials "
         "were still loading", exit_code=EXIT_TIMEOUT))
-    k.deadline = deadline  # every Kubernetes call ends with the timeout
+    k.deadline = time.monotonic() + timeout_s  # every Kubernetes call ends with the timeout
     while True:
         try:
             s = read_fleet(d, k)
-        except OpsError as exc:
-            if exc.exit_code == EXIT_TIMEOUT:  # a read cut by the deadline: say what was seen
-                check_time()
+        except OpsError:
+            check_time()  # a read cut by the timeout: the timeout, and what was last seen
             raise
         k.truncated.clear()
         if s.deployment is None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .bounded_http import Deadline, within
-from .errors import EXIT_TIMEOUT, OpsError, one_line
+from .bounded_http import within
+from .errors import OpsError, one_line
 
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
@@ -143,8 +144,8 @@ class Kube:
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self.truncated: list[str] = []  # lists cut at MAX_LIST_ITEMS
-        # The running command's deadline (`wait --timeout`): no call outlives it (issue 22).
-        self.deadline: Deadline | None = None
+        # A monotonic deadline every call ends by (the apply's bound), on top of the per-call one.
+        self.deadline: float | None = None
 
     # -- reads (None: the object does not exist)
     def deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -211,23 +212,20 @@ class Kube:
     def _call(self, what: str, call: Callable[..., Any]) -> Any:
         from kubernetes.client.exceptions import ApiException
 
-        left = self.deadline.remaining() if self.deadline is not None else None
-        budget = CALL_DEADLINE_S if left is None else min(CALL_DEADLINE_S, left)
+        limit = CALL_DEADLINE_S
+        if self.deadline is not None:
+            limit = max(0.1, min(limit, self.deadline - time.monotonic()))
+        timeouts = (min(CONNECT_TIMEOUT_S, limit), min(READ_TIMEOUT_S, limit))
 
         def run() -> Any:
-            resp = call(_preload_content=False, _request_timeout=(
-                min(CONNECT_TIMEOUT_S, budget), min(READ_TIMEOUT_S, budget)))
+            resp = call(_preload_content=False, _request_timeout=timeouts)
             return resp.data
 
         try:
-            body = within(budget, run, lambda: _Expired())
+            body = within(limit, run, lambda: _Expired())
         except _Expired:
-            if left is not None and left <= CALL_DEADLINE_S:
-                raise OpsError(f"Kubernetes API at {self.where}: {what}: the command's deadline "
-                               "passed before it answered", exit_code=EXIT_TIMEOUT,
-                               hint="wait longer (--timeout)") from None
             raise OpsError(f"Kubernetes API at {self.where}: {what}: no complete answer within "
-                           f"{CALL_DEADLINE_S:g} s",
+                           f"{limit:g} s",
                            hint="is the cluster's control plane up? (`kubectl get --raw /readyz`)"
                            ) from None
         except ApiException as exc:
