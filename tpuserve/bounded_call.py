@@ -50,9 +50,9 @@ def within(seconds: float, call: Callable[[], T], expired: Callable[[], BaseExce
     return box["value"]
 
 
-def client_deadline(client: Any, seconds: float) -> AbstractContextManager[Any]:
-    """CLIENT's calls inside this block end within SECONDS: a Google API client's
-    `deadline_within` (tpuserve.gcp.api.GoogleApi); a client without one (a test's stand-in)
-    is left as it is."""
+def client_deadline(client: Any, seconds: float | None) -> AbstractContextManager[Any]:
+    """CLIENT's calls inside this block end within SECONDS (None: their own caps only): a
+    Google API client's `deadline_within` (tpuserve.gcp.api.GoogleApi); a client without one
+    (a test's stand-in) is left as it is."""
     bound = getattr(client, "deadline_within", None)
-    return bound(seconds) if callable(bound) else nullcontext()
+    return bound(seconds) if callable(bound) and seconds is not None else nullcontext()

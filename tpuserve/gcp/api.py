@@ -25,7 +25,8 @@ from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import RetryPolicy, Transient, call_with_retry
 
 DEFAULT_TIMEOUT_S = 30.0  # one try's cap, connect to last byte
-DEADLINE_HINT = "the API did not answer in time: try again, or allow more time (--timeout)"
+DEADLINE_HINT = ("the API did not answer in time: try again, or give the command more time (its "
+                 "--timeout or --deadline)")
 
 
 class GoogleApi:
