@@ -7,6 +7,7 @@ fake's state machine, so no test sleeps.
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
@@ -269,8 +270,12 @@ def test_the_commands_deadline_cuts_rest_and_node_calls_in_flight(mode: str) -> 
                                     "CLOUDSDK_AUTH_ACCESS_TOKEN": "tok"})
         for call in (lambda: client.get_queued_resource(REF),
                      lambda: client.get_node(flex_here())):
-            with client.deadline_within(2.0), pytest.raises(ApiError) as err:
+            client.deadline = time.monotonic() + 2.0  # what deadline_within(2) sets
+            with pytest.raises(ApiError) as err:
                 finishes_within(30, call)
             assert (err.value.code, err.value.status) == (0, "DEADLINE_EXCEEDED")
             assert "give the command more time" in str(err.value)
+        client.deadline = None
+        with client.deadline_within(2.0) as start:
+            assert client.deadline == pytest.approx(start + 2.0)
         assert client.deadline is None  # the block's deadline ends with it
