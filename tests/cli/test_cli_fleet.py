@@ -423,3 +423,18 @@ def test_wait_timeout_bounds_a_kubernetes_api_that_hangs(
             "wait", "fleet", "--timeout", "3", "--poll-interval", "1"))
     assert result.exit_code == 3
     assert_one_line_error(result, "not serving after", "(timeout)", "tpuserve status fleet")
+
+
+def test_smoke_deadline_bounds_the_fleets_kubernetes_lookup(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--deadline bounds the Gateway's lookup too, not 20 s per Kubernetes call on top of it."""
+    with HostileServer("hang") as url:
+        config = json.loads(fleet.kube.kubeconfig(kube.context_name(fleet.d)))
+        config["clusters"][0]["cluster"]["server"] = url
+        path = tmp_path / "hanging-kubeconfig"
+        path.write_text(json.dumps(config))
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        result = finishes_within(60, lambda: invoke("smoke", "fleet", "--deadline", "3"))
+    assert result.exit_code == 1
+    assert_one_line_error(result, "overall deadline of 3 s passed", "--deadline")

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from tpuserve.ops import bench as engine
-from tpuserve.ops import bench_report, fleet_status, server
+from tpuserve.ops import bench_report, server
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
 from tpuserve.settings import Deployment
@@ -122,9 +122,8 @@ def bench(
     overall = Deadline(deadline)  # the target's lookup (TPU API, certificate) included
     d = common.load_stack(stack) if stack and not endpoint else None
     if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
-        target = fleet_status.fleet_target(
-            d, api_key, pinned=bool(fingerprint or cacert),
-            key_hint=f'export {common.API_KEY_ENV}="$({common.key_command(d)})"')
+        target = common.fleet_target(d, api_key, pinned=bool(fingerprint or cacert),
+                                     deadline=overall)
     else:
         target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert,
                                           deadline=overall)

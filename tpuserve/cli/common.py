@@ -239,6 +239,25 @@ def _stack_target(d: Deployment, stack: str, tpu: Any, api_key: str | None,
     return target, d
 
 
+def fleet_target(d: Deployment, api_key: str | None, *, pinned: bool,
+                 deadline: Deadline) -> ServerTarget:
+    """The fleet's Gateway as a server (tpuserve.ops.fleet_status.fleet_target), its cluster
+    reads (each bounded on its own) ending with DEADLINE, the command's overall one."""
+    from tpuserve.bounded_call import within
+    from tpuserve.ops import fleet_status
+
+    def look() -> ServerTarget:
+        return fleet_status.fleet_target(
+            d, api_key, pinned=pinned, key_hint=f'export {API_KEY_ENV}="$({key_command(d)})"')
+
+    left = deadline.remaining()
+    if left is None:
+        return look()
+    return within(left, look, lambda: OpsError(
+        f"{d.name}: the overall deadline of {deadline.seconds:g} s passed while the cluster's "
+        "API was read for the Gateway's address", hint="allow more time (--deadline)"))
+
+
 def key_command(d: Deployment) -> str:
     """The gcloud command that prints the stack's API key (we print the command, never the key)."""
     return (f"gcloud secrets versions access latest --secret={d.api_key_secret_id} "

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tpuserve.ops import fleet_status
 from tpuserve.ops import smoke as checks
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.server import http_client
@@ -59,9 +58,8 @@ def smoke(
     overall = Deadline(deadline)
     d = common.load_stack(stack) if stack and not endpoint else None
     if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
-        target = fleet_status.fleet_target(
-            d, api_key, pinned=bool(fingerprint or cacert),
-            key_hint=f'export {common.API_KEY_ENV}="$({common.key_command(d)})"')
+        target = common.fleet_target(d, api_key, pinned=bool(fingerprint or cacert),
+                                     deadline=overall)
     else:
         target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert,
                                           deadline=overall)
