@@ -15,6 +15,7 @@ import pytest
 
 from tests.cli_support import API_KEY, PROJECT, Env, assert_one_line_error, invoke, write_config
 from tests.fakes import kubernetes as fk
+from tests.fakes.hostile_server import HostileServer, finishes_within
 from tpuserve.ops import kube
 from tpuserve.render.fleet_bundle import (
     APP_LABEL,
@@ -468,3 +469,34 @@ def test_the_kubernetes_client_stays_out_of_other_paths(command: str) -> None:
     modules = _imported_after(command, "--help")
     assert f"tpuserve.cli.{command}" in modules  # the command was loaded
     assert not {m for m in modules if m == "kubernetes" or m.startswith("kubernetes.")}
+
+
+def test_wait_timeout_bounds_a_kubernetes_api_that_hangs(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 22: each Kubernetes call was bounded by its own 20 s, not by `wait --timeout`."""
+    with HostileServer("hang") as url:
+        config = json.loads(fleet.kube.kubeconfig(kube.context_name(fleet.d)))
+        config["clusters"][0]["cluster"]["server"] = url
+        path = tmp_path / "hanging-kubeconfig"
+        path.write_text(json.dumps(config))
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        result = finishes_within(60, lambda: invoke(
+            "wait", "fleet", "--timeout", "3", "--poll-interval", "1"))
+    assert result.exit_code == 3
+    assert_one_line_error(result, "not serving after", "(timeout)", "tpuserve status fleet")
+
+
+def test_smoke_deadline_bounds_the_fleets_kubernetes_lookup(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--deadline bounds the Gateway's lookup too, not 20 s per Kubernetes call on top of it."""
+    with HostileServer("hang") as url:
+        config = json.loads(fleet.kube.kubeconfig(kube.context_name(fleet.d)))
+        config["clusters"][0]["cluster"]["server"] = url
+        path = tmp_path / "hanging-kubeconfig"
+        path.write_text(json.dumps(config))
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        result = finishes_within(60, lambda: invoke("smoke", "fleet", "--deadline", "3"))
+    assert result.exit_code == 1
+    assert_one_line_error(result, "overall deadline of 3 s passed", "--deadline")

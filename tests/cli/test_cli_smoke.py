@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,9 @@ from tests.cli_support import (
     assert_one_line_error,
     invoke,
     is_png,
+    write_config,
 )
+from tests.fakes.hostile_server import HostileServer, finishes_within
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
 
 
@@ -146,3 +149,17 @@ def test_smoke_catches_a_proxy_that_judges_the_normalised_path(cli_env: Env) -> 
                                                   "no key: encoded variants refused")
     # The plain checks alone would not have noticed.
     assert _results(result.stdout)["no key on /metrics refused"] == "pass"
+
+
+def test_the_overall_deadline_bounds_the_stacks_tpu_lookup(tmp_path: Path) -> None:
+    """Issue 22: --deadline bounds the whole command, the node's lookup in the TPU API too (a
+    hanging API held it 30 s per try, 120 s per call, whatever the deadline)."""
+    config = write_config(tmp_path / "user.toml", 8000)
+    with HostileServer("hang") as tpu_root:
+        env = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu_root + "/",
+               "CLOUDSDK_AUTH_ACCESS_TOKEN": "tok", "TPUSERVE_CONFIG": str(config),
+               "TPUSERVE_TIME_SCALE": "0", "OPENAI_API_KEY": API_KEY}
+        result = finishes_within(60, lambda: invoke(
+            "smoke", "spot", "--deadline", "3", "--timeout", "60", env=env))
+    assert result.exit_code == 1
+    assert_one_line_error(result, "get node", "DEADLINE_EXCEEDED", "more time")

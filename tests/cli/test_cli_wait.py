@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,9 @@ from tests.cli_support import (
     assert_one_line_error,
     ga,
     invoke,
+    write_config,
 )
+from tests.fakes.hostile_server import HostileServer, finishes_within
 from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.ops import waiter
 from tpuserve.ops.errors import EXIT_TIMEOUT
@@ -114,7 +117,8 @@ def test_boot_failure_in_guest_attributes(cli_env: Env) -> None:
 def test_timeout_exits_3_naming_the_phase(cli_env: Env) -> None:
     d = cli_env.d("spot")
     cli_env.tpu.seed_node(PROJECT, ZONE, d.node_name, state="CREATING")
-    result = invoke("wait", "spot", "--timeout", "0", "--json")
+    # --timeout bounds every call too: 0 s would leave no time for the one read (issue 22).
+    result = invoke("wait", "spot", "--timeout", "2", "--poll-interval", "0.5", "--json")
     assert result.exit_code == EXIT_TIMEOUT
     assert_one_line_error(result, "timed out", "waiting for node", "CREATING")
     assert json.loads(result.stdout)["exit_code"] == EXIT_TIMEOUT
@@ -123,7 +127,7 @@ def test_timeout_exits_3_naming_the_phase(cli_env: Env) -> None:
 def test_unhealthy_server_times_out_on_health(cli_env: Env) -> None:
     cli_env.seed_ready("spot")
     cli_env.oai.config.health_status = 503
-    result = invoke("wait", "spot", "--timeout", "0")
+    result = invoke("wait", "spot", "--timeout", "2", "--poll-interval", "0.5")
     assert result.exit_code == EXIT_TIMEOUT
     assert_one_line_error(result, "waiting for health", "HTTP 503")
 
@@ -131,3 +135,23 @@ def test_unhealthy_server_times_out_on_health(cli_env: Env) -> None:
 def test_missing_node_says_deploy(cli_env: Env) -> None:
     result = invoke("wait", "spot")
     assert_one_line_error(result, "does not exist", "npx cdktf deploy spot")
+
+
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+@pytest.mark.parametrize("stack", ["spot", "flex"])  # google-cloud-tpu's node path; REST's QR path
+def test_wait_timeout_bounds_a_tpu_api_that_hangs_or_trickles(
+    tmp_path: Path, mode: str, stack: str,
+) -> None:
+    """Issue 22: `wait --timeout 5` against a hanging TPU API ran 124.5 s and exited 1. Every
+    TPU call ends with the wait's timeout, whatever the API does, and the exit is 3."""
+    config = write_config(tmp_path / "user.toml", 8000)
+    with HostileServer(mode, interval_s=0.2) as tpu_root:
+        env = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu_root + "/",
+               "CLOUDSDK_AUTH_ACCESS_TOKEN": "tok", "TPUSERVE_CONFIG": str(config),
+               "TPUSERVE_TIME_SCALE": "0"}
+        result = finishes_within(60, lambda: invoke(
+            "wait", stack, "--timeout", "5", "--poll-interval", "1", env=env))
+    assert result.exit_code == EXIT_TIMEOUT, result.stderr
+    phase = "queued resource" if stack == "flex" else "node"
+    assert_one_line_error(result, "timed out after", f"waiting for {phase}",
+                          "DEADLINE_EXCEEDED")

@@ -11,9 +11,15 @@ import httpx
 import pytest
 
 from tests.cli_support import API_KEY, assert_one_line_error, invoke
-from tests.fakes.hostile_server import HostileServer
+from tests.fakes.hostile_server import HostileServer, finishes_within
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
-from tpuserve.ops.bounded_http import Deadline, DeadlinePassed, ResponseTooLarge, bounded_client
+from tpuserve.ops.bounded_http import (
+    Deadline,
+    DeadlinePassed,
+    RequestTimedOut,
+    ResponseTooLarge,
+    bounded_client,
+)
 
 
 def _checks(stdout: str) -> dict[str, dict[str, str]]:
@@ -148,3 +154,29 @@ def test_bench_against_trickled_headers_is_one_line(tmp_path: Path) -> None:
                         "--out", str(tmp_path), "--deadline", "1", "--timeout", "60",
                         env={"OPENAI_API_KEY": API_KEY})
     assert_one_line_error(result, "list models", "overall deadline of 1 s passed")
+
+
+def test_smoke_timeout_bounds_each_whole_request_against_a_trickle() -> None:
+    """Issue 22: `--timeout` is seconds per request, but it was applied per read, so a /health
+    trickled one byte every 0.2 s held its check until the overall deadline (900 s by
+    default). Each request now ends within --timeout, connect to last byte."""
+    with HostileServer("trickle", interval_s=0.2, models_too=True) as base:
+        result = finishes_within(100, lambda: invoke(
+            "smoke", "--endpoint", base, "--timeout", "5", "--deadline", "120",
+            "--no-expect-auth", "--json"))
+    assert result.exit_code == 1
+    checks = _checks(result.stdout)
+    for name in ("health", "models"):  # no model learnt: the chat checks are skipped
+        assert checks[name]["result"] == "fail"
+        assert "did not finish answering within 5 s" in checks[name]["detail"], checks[name]
+        assert "overall deadline" not in checks[name]["detail"]
+
+
+def test_a_request_timeout_never_outlives_the_overall_deadline() -> None:
+    with HostileServer("trickle", interval_s=0.2, models_too=True) as base, \
+            bounded_client(60, Deadline(1.0)) as http, pytest.raises(DeadlinePassed):
+        finishes_within(30, lambda: http.get(base + "/health"))
+    with HostileServer("headers", interval_s=0.2) as base, \
+            bounded_client(1.0, Deadline(60)) as http, \
+            pytest.raises(RequestTimedOut, match="within 1 s"):
+        finishes_within(30, lambda: http.get(base + "/health"))

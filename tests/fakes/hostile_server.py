@@ -11,6 +11,10 @@ Everything else, depending on `mode`:
 - "silent": headers, then nothing.
 - "headers": the status line, then one header byte every `interval_s`, forever (a read
   timeout, which bounds each read, never fires).
+- "hang": reads the request, then never answers a byte (a TPU API that hangs).
+
+Pointed at as a Google API root (CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU), every API path gets the
+mode's answer ("trickle": a JSON 200 trickled one byte every `interval_s`).
 
 `models_too`: /v1/models misbehaves as well (smoke's second check).
 """
@@ -21,10 +25,34 @@ import asyncio
 import contextlib
 import json
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 TOKEN_EVENT = (b'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"m",'
                b'"choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n')
+
+
+def finishes_within(seconds: float, fn: Callable[[], T]) -> T:
+    """FN's result; AssertionError if it is still running after SECONDS. A hang detector, not
+    a timing: the bound is generous, so a test fails on a hang instead of hanging itself."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="hang-detector", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise AssertionError(f"still running after {seconds:g} s: the deadline bounds nothing")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _chunk(data: bytes) -> bytes:
@@ -111,6 +139,8 @@ class HostileServer:
 
     async def _misbehave(self, w: asyncio.StreamWriter, *, stream: bool) -> None:
         ctype = b"text/event-stream" if stream else b"application/json"
+        if self.mode == "hang":
+            await asyncio.Event().wait()  # cancelled when the server stops
         if self.mode == "headers":
             w.write(b"HTTP/1.1 200 OK\r\nX-Trickle: ")
             while True:

@@ -84,7 +84,9 @@ def test_retries_stop_at_the_tries_and_at_the_commands_deadline(api) -> None:
     calls = len(api.calls("GET"))
     steady = TpuClient(environ=api.environ(), clock=clock, sleep=clock.sleep,
                        rand=lambda: 1.0)  # no jitter: pauses of 1, 2, 4 ... s
-    steady.deadline = clock.now + 1.5  # a command with 1.5 s left: only the 1 s pause fits
+    # A command with 2.5 s left: the 1 s pause and a try of min_try_s (1 s) fit; the 2 s
+    # pause does not.
+    steady.deadline = clock.now + 2.5
     with pytest.raises(ApiError):
         steady.get_queued_resource(REF)
     assert len(api.calls("GET")) - calls == 2
@@ -248,7 +250,7 @@ def test_wait_treats_an_unknown_qr_as_not_ready_yet_not_as_dead(cli_env: Env) ->
     d = cli_env.d("flex")
     cli_env.tpu.seed_queued_resource(d.gcp.project, d.gcp.zone, d.node_name, state="ACCEPTED")
     cli_env.tpu.set_state(d.node_name, "STATE_UNSPECIFIED")
-    result = invoke("wait", "flex", "--timeout", "0", "--poll-interval", "0")
+    result = invoke("wait", "flex", "--timeout", "2", "--poll-interval", "0.5")
     assert result.exit_code == 3  # timed out waiting, not failed as dead
     assert "UNKNOWN (STATE_UNSPECIFIED)" in result.stderr
     assert "recover" not in result.stderr

@@ -7,13 +7,18 @@ fake's state machine, so no test sleeps.
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
+from tests.fakes.hostile_server import HostileServer, finishes_within
 from tests.fakes.tpu_api import ZERO_DURATIONS, FakeTpuApi
 from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Seen, body, flex_here
+from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.provisioner import StatePrinter
+from tpuserve.gcp.retry import RetryPolicy
 from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.gcp.tpu.queued_resources import (
     MISSING,
@@ -237,3 +242,40 @@ def test_run_duration_ends_in_suspended_with_the_node_deleted(clock) -> None:
         clock.now += 1
         assert c.get_queued_resource(REF).state == "SUSPENDED"
         assert c.get_node(flex_here()) is None
+
+
+# ---------------------------------------------------------------- deadlines (issue 22)
+
+
+@pytest.mark.parametrize("mode", ["trickle", "headers", "hang"])
+def test_one_rest_try_ends_at_its_cap_whatever_the_server_sends(mode: str) -> None:
+    """requests' `timeout` bounds each socket read: a body or headers trickled one byte at a
+    time held a try for ever. The cap bounds the whole try, connect to last byte."""
+    with HostileServer(mode, interval_s=0.2) as root:
+        api = GoogleApi("tpu", TPU_API, root=root + "/", timeout=2.0,
+                        environ={"CLOUDSDK_AUTH_ACCESS_TOKEN": "tok"},
+                        policy=RetryPolicy(tries=1))
+        with pytest.raises(ApiError) as err:
+            finishes_within(30, lambda: api.request("GET", f"v2alpha1/{REF.name}"))
+    assert (err.value.code, err.value.status) == (0, "DEADLINE_EXCEEDED")
+    assert "no complete answer from 127.0.0.1" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["trickle", "hang"])
+def test_the_commands_deadline_cuts_rest_and_node_calls_in_flight(mode: str) -> None:
+    """Both halves of the TPU client (REST v2alpha1 and google-cloud-tpu's nodes) end with the
+    command's deadline, retries included, not 30 s per try and 120 s per call."""
+    with HostileServer(mode, interval_s=0.2) as root:
+        client = TpuClient(environ={"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": root + "/",
+                                    "CLOUDSDK_AUTH_ACCESS_TOKEN": "tok"})
+        for call in (lambda: client.get_queued_resource(REF),
+                     lambda: client.get_node(flex_here())):
+            client.deadline = time.monotonic() + 2.0  # what deadline_within(2) sets
+            with pytest.raises(ApiError) as err:
+                finishes_within(30, call)
+            assert (err.value.code, err.value.status) == (0, "DEADLINE_EXCEEDED")
+            assert "give the command more time" in str(err.value)
+        client.deadline = None
+        with client.deadline_within(2.0) as start:
+            assert client.deadline == pytest.approx(start + 2.0)
+        assert client.deadline is None  # the block's deadline ends with it

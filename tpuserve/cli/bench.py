@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from tpuserve.ops import bench as engine
-from tpuserve.ops import bench_report, fleet_status, server
+from tpuserve.ops import bench_report, server
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
 from tpuserve.settings import Deployment
@@ -119,17 +119,20 @@ def bench(
         timeout_s=timeout, deadline_s=request_deadline, run_deadline_s=deadline,
         cold=cold_connections,
     )
+    overall = Deadline(deadline)  # the target's lookup (TPU API, certificate) included
     d = common.load_stack(stack) if stack and not endpoint else None
     if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
-        target = fleet_status.fleet_target(
-            d, api_key, pinned=bool(fingerprint or cacert),
-            key_hint=f'export {common.API_KEY_ENV}="$({common.key_command(d)})"')
+        target = common.fleet_target(d, api_key, pinned=bool(fingerprint or cacert),
+                                     deadline=overall)
     else:
-        target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
+        target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert,
+                                          deadline=overall)
     # The calls before the sweep (models, prompt calibration) share its deadline, or
     # PREFLIGHT_DEADLINE_S when it has none.
-    overall = Deadline(deadline)
-    preflight = Deadline(min(deadline or engine.PREFLIGHT_DEADLINE_S, engine.PREFLIGHT_DEADLINE_S))
+    left = overall.remaining()
+    preflight = (overall if deadline is not None and deadline <= engine.PREFLIGHT_DEADLINE_S
+                 else Deadline(engine.PREFLIGHT_DEADLINE_S if left is None
+                               else min(left, engine.PREFLIGHT_DEADLINE_S)))
     with server.http_client(min(timeout, 60.0), verify=target.ssl_context,
                             deadline=preflight) as http:
         served, mml = server.served_model(http, target)

@@ -18,6 +18,7 @@ from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, load
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tpuserve.ops.bounded_http import Deadline
     from tpuserve.ops.server import ServerTarget
 
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -170,12 +171,19 @@ def deploy_runner() -> Any:
 def resolve_target(
     stack: str | None, endpoint: str | None, api_key: str | None,
     fingerprint: str | None = None, cacert: Path | None = None,
+    deadline: Deadline | None = None,
 ) -> tuple[ServerTarget, Deployment | None]:
     """A stack (its node's external IP from the TPU API, TLS pinned to the certificate the node
     published) or an explicit --endpoint (https: --fingerprint, --cacert or the system's CAs).
-    A server whose certificate is not the pinned one is refused before any key is sent."""
+    A server whose certificate is not the pinned one is refused before any key is sent.
+    DEADLINE (the command's overall one) bounds the TPU calls and the certificate probe."""
+    from tpuserve.bounded_call import client_deadline
     from tpuserve.ops import tls
     from tpuserve.ops.server import ServerTarget, normalize_base_url
+
+    left = deadline.remaining() if deadline is not None else None
+    probe_s = tls.CONNECT_TIMEOUT_S if left is None else max(0.0, min(tls.CONNECT_TIMEOUT_S,
+                                                                      left))
 
     if endpoint and stack:
         raise OpsError("give a STACK or --endpoint, not both", exit_code=EXIT_USAGE)
@@ -188,7 +196,7 @@ def resolve_target(
                            "https:// URL", exit_code=EXIT_USAGE)
         context = None
         if fingerprint:
-            context = tls.fingerprint_context(base, tls.parse_fingerprint(fingerprint))
+            context = tls.fingerprint_context(base, tls.parse_fingerprint(fingerprint), probe_s)
         elif cacert:
             context = tls.cacert_context(cacert)
         return ServerTarget(base, api_key or None, ssl_context=context), None
@@ -200,6 +208,14 @@ def resolve_target(
                        exit_code=EXIT_USAGE)
     d = load_stack(stack)
     tpu = tpu_api()
+    with client_deadline(tpu, left):
+        return _stack_target(d, stack, tpu, api_key, probe_s)
+
+
+def _stack_target(d: Deployment, stack: str, tpu: Any, api_key: str | None,
+                  probe_s: float) -> tuple[ServerTarget, Deployment]:
+    from tpuserve.ops import tls
+
     node = tpu.get_node(d)
     if node is None:
         raise OpsError(f"{stack}: node {d.node_name} does not exist in "
@@ -219,8 +235,27 @@ def resolve_target(
     attrs = tpu.guest_attributes(d, NAMESPACE) if d.access.tls_on else {}
     target = tls.stack_target(d, node.external_ip, attrs, api_key or None)
     if target.pin is not None:
-        tls.verify_peer(target.base_url, target.pin)
+        tls.verify_peer(target.base_url, target.pin, probe_s)
     return target, d
+
+
+def fleet_target(d: Deployment, api_key: str | None, *, pinned: bool,
+                 deadline: Deadline) -> ServerTarget:
+    """The fleet's Gateway as a server (tpuserve.ops.fleet_status.fleet_target), its cluster
+    reads (each bounded on its own) ending with DEADLINE, the command's overall one."""
+    from tpuserve.bounded_call import within
+    from tpuserve.ops import fleet_status
+
+    def look() -> ServerTarget:
+        return fleet_status.fleet_target(
+            d, api_key, pinned=pinned, key_hint=f'export {API_KEY_ENV}="$({key_command(d)})"')
+
+    left = deadline.remaining()
+    if left is None:
+        return look()
+    return within(left, look, lambda: OpsError(
+        f"{d.name}: the overall deadline of {deadline.seconds:g} s passed while the cluster's "
+        "API was read for the Gateway's address", hint="allow more time (--deadline)"))
 
 
 def key_command(d: Deployment) -> str:

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tpuserve.ops import fleet_status
 from tpuserve.ops import smoke as checks
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.server import http_client
@@ -54,13 +53,16 @@ def smoke(
 ) -> None:
     """Health, a chat completion, a get_weather tool call, an image, a prompt near
     max_model_len, and (with the API-key proxy) refusals without the key. Exits 1 on any FAIL."""
+    # One deadline for the target's lookup, the client and the checks: they agree on when it
+    # passed, and no call of the command outlives it.
+    overall = Deadline(deadline)
     d = common.load_stack(stack) if stack and not endpoint else None
     if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
-        target = fleet_status.fleet_target(
-            d, api_key, pinned=bool(fingerprint or cacert),
-            key_hint=f'export {common.API_KEY_ENV}="$({common.key_command(d)})"')
+        target = common.fleet_target(d, api_key, pinned=bool(fingerprint or cacert),
+                                     deadline=overall)
     else:
-        target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert)
+        target, d = common.resolve_target(stack, endpoint, api_key, fingerprint, cacert,
+                                          deadline=overall)
     opts = checks.SmokeOptions(
         model=model or (d.vllm.model if d else None),
         max_model_len=max_model_len or (d.vllm.max_model_len if d else None),
@@ -73,8 +75,6 @@ def smoke(
     def on_check(c: checks.Check) -> None:
         common.log(f"{c.result:>4}  {c.name}: {c.detail}")
 
-    # One deadline for the client and the checks: they agree on when it passed.
-    overall = Deadline(deadline)
     with http_client(timeout, verify=target.ssl_context, deadline=overall) as http:
         results = checks.run_smoke(target, opts, http=http, on_check=on_check, deadline=overall)
     failed = [c for c in results if not c.ok]

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from tpuserve.ops import waiter
+from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops.server import http_client
 from tpuserve.ops.stack_status import HEALTH_TIMEOUT_S, format_duration
 from tpuserve.ops.tls import colons
@@ -49,7 +50,9 @@ def wait(
     if status is not None:
         status.start()
     try:
-        with http_client(HEALTH_TIMEOUT_S) as http:
+        # --timeout bounds every call: each /health request (HEALTH_TIMEOUT_S, connect to
+        # last byte) and every TPU API call (the waiter gives the client the same deadline).
+        with http_client(HEALTH_TIMEOUT_S, deadline=Deadline(timeout)) as http:
             result = waiter.wait_for_stack(
                 d, tpu=common.tpu_api(), http=http,
                 timeout_s=timeout, poll_s=poll_interval, on_event=on_event,
@@ -79,7 +82,7 @@ def _wait_fleet(d: Deployment, timeout: float, poll_s: float, json_output: bool)
         mark = "[green]✓[/]" if done else " "
         err_console.print(f"{mark} {phase}: {escape(state)} [dim]({t})[/]", soft_wrap=True)
 
-    with http_client(HEALTH_TIMEOUT_S) as http:
+    with http_client(HEALTH_TIMEOUT_S, deadline=Deadline(timeout)) as http:
         result = fleet_status.wait_for_fleet(d, http=http, timeout_s=timeout, poll_s=poll_s,
                                              on_event=on_event)
     if json_output:

@@ -11,23 +11,28 @@ empty response (`empty_ok=True`).
 
 from __future__ import annotations
 
+import contextlib
 import http
 import os
 import random
+import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
+from tpuserve.bounded_call import within
 from tpuserve.gcp.credentials import auth_error, authorized_session
 from tpuserve.gcp.endpoints import TOKEN_ENV, api_root
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import RetryPolicy, Transient, call_with_retry
 
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 30.0  # one try's cap, connect to last byte
+DEADLINE_HINT = ("the API did not answer in time: try again, or give the command more time (its "
+                 "--timeout or --deadline)")
 
 
 class UnprovenAnswer(ApiError):
@@ -123,14 +128,13 @@ class GoogleApi:
                 raise
 
         def answer() -> dict[str, Any]:
+            budget = self.call_budget()
+            if budget <= 0:
+                raise self._cut(action, 0.0)
             try:
-                timeout = self.timeout
-                if self.deadline is not None:  # one try never outlives the command's timeout
-                    timeout = min(timeout, max(1.0, self.deadline - self._clock()))
-                resp = self.session.request(
-                    method, url, params=params, json=body, timeout=timeout,
-                    allow_redirects=False,  # an API answers; a redirect proves nothing
-                )
+                resp = self._bounded_request(method, url, params, body, budget, action)
+            except ApiError:
+                raise
             except requests.RequestException as exc:
                 raise ApiError(
                     0, "UNAVAILABLE", f"{type(exc).__name__} reaching {urlsplit(self.root).netloc}",
@@ -175,3 +179,53 @@ class GoogleApi:
 
         return call_with_retry(attempt, classify, policy=policy, deadline=self.deadline,
                                clock=self._clock, sleep=self._sleep, rand=self._rand)
+
+    def call_budget(self) -> float:
+        """Seconds one try may take, connect to last byte: the per-call cap, never past the
+        running command's deadline (<= 0: the deadline has passed)."""
+        if self.deadline is None:
+            return self.timeout
+        return min(self.timeout, self.deadline - self._clock())
+
+    @contextlib.contextmanager
+    def deadline_within(self, seconds: float) -> Iterator[float]:
+        """Every call inside this block, its retries and each try's last byte included, ends
+        within SECONDS (or an enclosing block's deadline, if sooner); yields the start."""
+        start, outer = self._clock(), self.deadline
+        end = start + seconds
+        self.deadline = end if outer is None else min(outer, end)
+        try:
+            yield start
+        finally:
+            self.deadline = outer
+
+    def _cut(self, action: str, budget: float) -> ApiError:
+        host = urlsplit(self.root).netloc
+        what = (f"no complete answer from {host} within {budget:.1f} s" if budget > 0
+                else f"the command's deadline passed before {host} was asked")
+        return ApiError(0, "DEADLINE_EXCEEDED", what, action=action, service=self.service,
+                        hint=DEADLINE_HINT)
+
+    def _bounded_request(self, method: str, url: str, params: Mapping[str, Any] | None,
+                         body: Any, budget: float, action: str) -> requests.Response:
+        """One try, bounded as a whole: requests' `timeout` bounds each socket read, so a
+        server trickling its headers or body holds it for ever; `within` ends it at BUDGET and
+        shuts the connection of a body still coming in."""
+        box: dict[str, requests.Response] = {}
+
+        def call() -> requests.Response:
+            # The socket's own timeout a little later: the whole-try bound reports the cut.
+            resp = self.session.request(method, url, params=params, json=body,
+                                        timeout=budget + 0.5, stream=True,
+                                        allow_redirects=False)  # a redirect proves nothing
+            box["resp"] = resp
+            _ = resp.content  # the whole body, inside the bound
+            return resp
+
+        def cut() -> None:
+            conn = getattr(getattr(box.get("resp"), "raw", None), "connection", None)
+            sock = getattr(conn, "sock", None)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+
+        return within(budget, call, lambda: self._cut(action, budget), cut=cut)

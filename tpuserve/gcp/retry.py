@@ -35,6 +35,9 @@ class RetryPolicy:
     max_delay_s: float = 30.0  # one pause's cap (without Retry-After)
     max_retry_after_s: float = 60.0  # a server's Retry-After is honoured up to this
     deadline_s: float = 120.0  # one logical call, its retries included
+    # A retry is not started with less than this left before the deadline: it would be cut,
+    # and the failure it repeats says more than the cut (issue 22).
+    min_try_s: float = 1.0
     transient_codes: frozenset[int] = TRANSIENT_CODES
     time_scale: float = 1.0  # tests: TPUSERVE_TIME_SCALE
 
@@ -123,6 +126,6 @@ def call_with_retry(
             if verdict is None or retry >= policy.tries:
                 raise
             pause = policy.pause(retry, verdict.retry_after, rand)
-            if clock() + pause > stop:
+            if clock() + pause + policy.min_try_s > stop:
                 raise
             sleep(pause)

@@ -5,9 +5,12 @@ every few seconds, streams forever or answers gigabytes must end in a one-line f
 the deadline, never a hang or a MemoryError (issue 10 section 6). httpx bounds each read, not
 a whole answer, so every client of `server.http_client` goes through `BoundedTransport`:
 
-- before a request, every timeout is shortened to what is left of the deadline;
-- while the body streams in, each read counts against `max_bytes` and checks the deadline
-  (so a trickle ends at the deadline plus at most one read);
+- each request, from connect to its last byte, ends within its own timeout (`total_s`) and
+  what is left of the deadline, whichever is sooner (issue 22: a server trickling one byte
+  per read timeout held `smoke --timeout 5` until the 900 s deadline); it runs in a worker
+  (tpuserve.bounded_call.within) whose connection is shut when the time is up;
+- before a request, every socket timeout is shortened to that bound (plus half a second);
+- while the body comes in, each read counts against `max_bytes` and checks the deadline;
 - a `Content-Encoding` the client did not ask for is refused (a small gzip answer can expand
   past any cap after it was counted).
 
@@ -17,14 +20,17 @@ reports these too.
 
 from __future__ import annotations
 
-import threading
+import socket
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
-T = TypeVar("T")
+from tpuserve.bounded_call import within
+
+__all__ = ["BoundedTransport", "Deadline", "DeadlinePassed", "RequestTimedOut",
+           "ResponseTooLarge", "UnaskedEncoding", "bounded_client", "within"]
 
 # /tokenize answers one id per prompt token: a 1M-token prompt is ~8 MB of JSON.
 DEFAULT_MAX_BYTES = 32 << 20
@@ -32,6 +38,10 @@ DEFAULT_MAX_BYTES = 32 << 20
 
 class DeadlinePassed(httpx.ReadTimeout):
     """The overall deadline passed (before or during a request)."""
+
+
+class RequestTimedOut(httpx.ReadTimeout):
+    """One request did not finish, connect to last byte, within its own timeout."""
 
 
 class ResponseTooLarge(httpx.ReadError):
@@ -62,28 +72,6 @@ class Deadline:
         return f"the overall deadline of {self.seconds:g} s" if self.seconds else "no deadline"
 
 
-def within(seconds: float, call: Callable[[], T], expired: Callable[[], Exception]) -> T:
-    """CALL's result, or EXPIRED() once SECONDS pass. A read timeout bounds each read, not a
-    server that trickles its status line and headers one byte at a time: the call runs in a
-    daemon thread, abandoned (its socket with it) when the deadline passes."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=run, name="bounded-http", daemon=True)
-    worker.start()
-    worker.join(max(seconds, 0.0))
-    if worker.is_alive():
-        raise expired()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 class _CappedStream(httpx.SyncByteStream):
     def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request, max_bytes: int,
                  deadline: Deadline) -> None:
@@ -111,33 +99,62 @@ class _CappedStream(httpx.SyncByteStream):
 
 
 class BoundedTransport(httpx.BaseTransport):
-    """Wraps a transport so every request obeys one deadline and every answer one byte cap."""
+    """Wraps a transport so every request obeys its own timeout (`total_s`, connect to last
+    byte; None: none) and one deadline, and every answer one byte cap. The answer is read
+    whole inside the bound (nothing here streams: bench's streams are aiohttp's, loadgen)."""
 
     def __init__(self, inner: httpx.BaseTransport, *, deadline: Deadline,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_BYTES, total_s: float | None = None) -> None:
         self._inner = inner
         self.deadline = deadline
         self.max_bytes = max_bytes
+        self.total_s = total_s
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         left = self.deadline.remaining()
-        if left is not None:
-            if left <= 0:
-                raise DeadlinePassed(f"{self.deadline.describe()} passed before {request.url}",
-                                     request=request)
+        if left is not None and left <= 0:
+            raise DeadlinePassed(f"{self.deadline.describe()} passed before {request.url}",
+                                 request=request)
+        bounds = [b for b in (left, self.total_s) if b is not None]
+        budget = min(bounds) if bounds else None
+        if budget is not None:
+            # Each socket timeout a little past the whole-request bound (or its own, if
+            # sooner): the bound, not a read timeout racing it, reports the cut.
+            cap = budget + 0.5
             timeouts = dict(request.extensions.get("timeout") or {})
             for phase in ("connect", "read", "write", "pool"):
                 current = timeouts.get(phase)
-                timeouts[phase] = left if current is None else min(current, left)
+                timeouts[phase] = cap if current is None else min(current, cap)
             request.extensions["timeout"] = timeouts
         request.headers["Accept-Encoding"] = "identity"
-        if left is None:
+        streams: list[Any] = []  # the connection(s) this request opened or got its answer on
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if event.endswith((".connect_tcp.complete", ".start_tls.complete")):
+                streams.append(info.get("return_value"))
+
+        def call() -> httpx.Response:
             response = self._inner.handle_request(request)
-        else:
-            response = within(left, lambda: self._inner.handle_request(request),
-                              lambda: DeadlinePassed(
-                                  f"{self.deadline.describe()} passed while {request.url} was "
-                                  "sending its status line and headers", request=request))
+            streams.append(response.extensions.get("network_stream"))
+            return self._read_whole(request, response)
+
+        if budget is None:
+            return call()
+        request.extensions["trace"] = trace
+        overall = left is not None and left <= budget
+
+        def expired() -> Exception:
+            if overall:
+                return DeadlinePassed(f"{self.deadline.describe()} passed while {request.url} "
+                                      "was answering (status line, headers or body)",
+                                      request=request)
+            return RequestTimedOut(f"{request.url} did not finish answering within {budget:g} s "
+                                   "(the per-request timeout, connect to last byte)",
+                                   request=request)
+
+        return within(budget, call, expired, cut=lambda: _shut(streams))
+
+    def _read_whole(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             response.close()
@@ -145,18 +162,35 @@ class BoundedTransport(httpx.BaseTransport):
                 f"{request.url} answered Content-Encoding {encoding!r} to a request for "
                 "identity: refused (it could expand past the byte cap)", request=request)
         assert isinstance(response.stream, httpx.SyncByteStream)
-        response.stream = _CappedStream(response.stream, request, self.max_bytes, self.deadline)
-        return response
+        capped = _CappedStream(response.stream, request, self.max_bytes, self.deadline)
+        try:
+            content = b"".join(capped)
+        finally:
+            capped.close()
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=httpx.ByteStream(content),
+                              extensions=response.extensions)
 
     def close(self) -> None:
         self._inner.close()
 
 
+def _shut(streams: list[Any]) -> None:
+    """Shut the sockets of a request whose time is up: the worker blocked on one wakes and
+    ends (close() alone does not wake a blocked recv)."""
+    for stream in streams:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 def bounded_client(timeout_s: float, deadline: Deadline | None = None, *,
                    max_bytes: int = DEFAULT_MAX_BYTES, **transport_kwargs: object) -> httpx.Client:
-    """An httpx.Client whose requests obey `deadline` (default: none) and `max_bytes`;
-    `transport_kwargs` go to httpx.HTTPTransport (e.g. `verify=` an ssl.SSLContext)."""
+    """An httpx.Client whose requests each end within `timeout_s` (connect to last byte) and
+    `deadline` (default: none), their answers within `max_bytes`; `transport_kwargs` go to
+    httpx.HTTPTransport (e.g. `verify=` an ssl.SSLContext)."""
     transport = BoundedTransport(httpx.HTTPTransport(**transport_kwargs),  # type: ignore[arg-type]
-                                 deadline=deadline or Deadline(None), max_bytes=max_bytes)
+                                 deadline=deadline or Deadline(None), max_bytes=max_bytes,
+                                 total_s=timeout_s)
     return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
                         trust_env=False, transport=transport)

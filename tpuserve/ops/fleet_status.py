@@ -33,6 +33,7 @@ from tpuserve.render.fleet_bundle import APP_LABEL, DEPLOYMENT, EPP, GATEWAY, HP
 from tpuserve.settings import Deployment
 
 from . import kube, server
+from .bounded_http import within
 from .errors import EXIT_TIMEOUT, EXIT_USAGE, OpsError, one_line
 from .server import ServerTarget
 
@@ -563,9 +564,27 @@ def wait_for_fleet(
             on_event(phase, state, elapsed, False)
         last[phase] = state
 
-    k = connect(d)
+    def check_time() -> None:
+        elapsed = clock() - start
+        if elapsed >= timeout_s:
+            phase = next((p for p in (PHASE_REPLICAS, PHASE_PICKER, PHASE_GATEWAY, PHASE_HEALTH)
+                          if p not in done), PHASE_HEALTH)
+            raise OpsError(f"{d.name}: not serving after {elapsed:.0f} s (timeout); "
+                           f"{phase}: {last.get(phase, 'no answer')}",
+                           hint=f"`tpuserve status {d.name}` shows each pod and why it waits",
+                           exit_code=EXIT_TIMEOUT)
+
+    # The kubeconfig's credential plugin runs in connect(): it ends with the timeout too.
+    k = within(timeout_s, lambda: connect(d), lambda: OpsError(
+        f"{d.name}: not serving after {timeout_s:g} s (timeout): the kubeconfig's credentials "
+        "were still loading", exit_code=EXIT_TIMEOUT))
+    k.deadline = time.monotonic() + timeout_s  # every Kubernetes call ends with the timeout
     while True:
-        s = read_fleet(d, k)
+        try:
+            s = read_fleet(d, k)
+        except OpsError:
+            check_time()  # a read cut by the timeout: the timeout, and what was last seen
+            raise
         k.truncated.clear()
         if s.deployment is None:
             raise OpsError(f"{d.name}: no Deployment {NAMESPACE}/{DEPLOYMENT} in cluster "
@@ -592,12 +611,6 @@ def wait_for_fleet(
             if ok:
                 return FleetWaitResult(d.name, base, s.address, s.ready, s.desired,
                                        clock() - start, dict(done))
-        elapsed = clock() - start
-        if elapsed >= timeout_s:
-            phase = next((p for p in (PHASE_REPLICAS, PHASE_PICKER, PHASE_GATEWAY, PHASE_HEALTH)
-                          if p not in done), PHASE_HEALTH)
-            raise OpsError(f"{d.name}: not serving after {elapsed:.0f} s (timeout); "
-                           f"{phase}: {last.get(phase, 'no answer')}",
-                           hint=f"`tpuserve status {d.name}` shows each pod and why it waits",
-                           exit_code=EXIT_TIMEOUT)
-        sleep(max(0.0, min(poll_s, timeout_s - elapsed)))
+        check_time()
+        sleep(max(0.0, min(poll_s, timeout_s - (clock() - start))))
+        check_time()  # no time left for another read: its calls could not even start

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tpuserve.bounded_call import client_deadline
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.nodes import NodeView
 from tpuserve.gcp.tpu.queued_resources import (
@@ -256,10 +257,12 @@ def _delete_dead(
     if node is None or node.state not in RECOVERABLE_NODE_STATES:
         return  # gone already (an earlier attempt) or replaced meanwhile
     say(f"{d.name}: deleting node {d.node_name} ({node.state})")
-    tpu.delete_node(d)
     start = clock()
-    while tpu.get_node(d) is not None:
-        if clock() - start >= timeout_s:
-            raise OpsError(f"node {d.node_name} still exists {timeout_s:.0f} s after its delete")
-        sleep(poll_s)
+    with client_deadline(tpu, timeout_s):  # every call of the delete ends with its timeout
+        tpu.delete_node(d)
+        while tpu.get_node(d) is not None:
+            if clock() - start >= timeout_s:
+                raise OpsError(f"node {d.node_name} still exists {timeout_s:.0f} s after its "
+                               "delete")
+            sleep(poll_s)
     say(f"{d.name}: node deleted")

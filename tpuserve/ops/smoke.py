@@ -299,12 +299,20 @@ class _Smoke:
             left = opts.timeout_s if remaining is None else remaining
             if left <= 0:
                 raise CheckFailed(f"the overall deadline of {opts.deadline_s:g} s passed")
+            # A status line trickled byte by byte outlives any read timeout: `within` bounds
+            # the whole probe by --timeout and what is left of the deadline.
+            budget = min(opts.timeout_s, left)
+
+            def expired(m: str = method, p: str = raw_path, b: float = budget) -> CheckFailed:
+                if b < opts.timeout_s:
+                    return CheckFailed(f"the overall deadline of {opts.deadline_s:g} s "
+                                       "passed while the server was answering")
+                return CheckFailed(f"{m} {p}: no status line within {b:g} s (--timeout, "
+                                   "connect to last byte)")
+
             try:
-                # A status line trickled byte by byte outlives any read timeout: `within`.
-                status = within(left, lambda m=method, p=raw_path, t=left: raw_status(
-                    self.target, m, p, timeout_s=min(opts.timeout_s, 30, t)),
-                    lambda: CheckFailed(f"the overall deadline of {opts.deadline_s:g} s "
-                                        "passed while the server was answering"))
+                status = within(budget, lambda m=method, p=raw_path, t=budget: raw_status(
+                    self.target, m, p, timeout_s=min(30, t)), expired)
             except OSError as exc:
                 raise CheckFailed(f"{method} {raw_path}: {type(exc).__name__}: "
                                   f"{one_line(exc, 80)}") from None

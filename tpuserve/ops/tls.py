@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from tpuserve.bounded_call import within
 from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE as NAMESPACE
 
 from .boot_phases import parse_time
@@ -130,10 +131,25 @@ def served_certificate(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> b
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     probe.check_hostname = False
     probe.verify_mode = ssl.CERT_NONE
+    opened: list[socket.socket] = []
+
+    def fetch() -> bytes | None:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            opened.append(raw)
+            with probe.wrap_socket(raw, server_hostname=host) as conn:
+                return conn.getpeercert(binary_form=True)
+
+    def expired() -> Exception:
+        return TimeoutError(f"no TLS handshake within {timeout_s:g} s")
+
+    def cut() -> None:
+        for sock in opened:
+            sock.shutdown(socket.SHUT_RDWR)
+
     try:
-        with (socket.create_connection((host, port), timeout=timeout_s) as raw,
-              probe.wrap_socket(raw, server_hostname=host) as conn):
-            der = conn.getpeercert(binary_form=True)
+        # The socket timeout bounds each read; a handshake trickled byte by byte is bounded
+        # as a whole (issue 22), its socket shut when the time is up.
+        der = within(timeout_s, fetch, expired, cut=cut)
     except (OSError, ssl.SSLError) as exc:
         raise OpsError(
             f"TLS to {base_url}: {type(exc).__name__}: {one_line(exc, 120) or 'no answer'}",

@@ -4,6 +4,11 @@ Phases: queued resource ACTIVE (flex only) -> node READY -> boot (guest attribut
 boot script reports `ready`) -> GET /health answers 200. A dead end fails at once with its
 reason: a FAILED/SUSPENDED queued resource, a PREEMPTED (or otherwise lost) node, a boot
 failure the boot script recorded. Clock and sleep are injectable; nothing here prints.
+
+The timeout bounds every call beneath it (issue 22): the TPU client's calls run under it
+(each try, its retries), and so does /health when the caller's client has the same deadline
+(tpuserve wait). A TPU read that fails transiently or is cut by the timeout is not a verdict:
+the wait polls again, and at the timeout exits 3 naming the phase and the last thing seen.
 """
 
 from __future__ import annotations
@@ -11,10 +16,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 
-from tpuserve.gcp.tpu.queued_resources import ALIVE_STATES, KNOWN_STATES, MISSING, ref_for
+from tpuserve.bounded_call import client_deadline
+from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.retry import DEFAULT_POLICY
+from tpuserve.gcp.tpu.queued_resources import (
+    ALIVE_STATES,
+    KNOWN_STATES,
+    MISSING,
+    UNREADABLE,
+    ref_for,
+)
 from tpuserve.settings import Deployment
 
 from . import server, tls
@@ -31,6 +46,7 @@ DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_POLL_S = 10.0
 # A missing node right after its QR went ACTIVE is normal for a moment; for this long.
 NODE_APPEAR_GRACE_S = 120.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,20 @@ class WaitFailed(OpsError):
         super().__init__(message, hint=hint, exit_code=exit_code)
 
 
+class _Unreadable(Exception):
+    """A TPU read failed transiently after its retries (or was cut by the deadline): not a
+    verdict, the wait polls again until its timeout."""
+
+
+def _read(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except ApiError as exc:
+        if not DEFAULT_POLICY.is_transient(exc.code):
+            raise
+        raise _Unreadable(f"{UNREADABLE} ({exc.code} {exc.status}: {exc.message})") from None
+
+
 def wait_for_stack(
     d: Deployment,
     *,
@@ -103,10 +133,24 @@ def wait_for_stack(
                 return phase
         return PHASE_HEALTH
 
-    while True:
+    def check_time() -> None:
+        elapsed = clock() - start
+        if elapsed >= timeout_s:
+            phase = current_phase()
+            raise WaitFailed(
+                phase,
+                f"{name}: timed out after {elapsed:.0f} s waiting for {phase} "
+                f"(last: {last.get(phase, 'nothing yet')})",
+                hint=f"wait longer (--timeout) or look at `tpuserve status {name}`",
+                exit_code=EXIT_TIMEOUT,
+            )
+
+    def poll_once() -> WaitResult | None:
+        """One look at every phase: the result once /health answers, else None."""
+        nonlocal node_missing_since
         # 1. queued resource (flex)
         if flex:
-            qr = tpu.get_queued_resource(ref_for(d))
+            qr = _read(lambda: tpu.get_queued_resource(ref_for(d)))
             state = qr.state if qr else MISSING
             if qr is None:
                 raise WaitFailed(
@@ -125,7 +169,7 @@ def wait_for_stack(
         # 2. node
         node = None
         if not flex or PHASE_QR in done:
-            node = tpu.get_node(d)
+            node = _read(lambda: tpu.get_node(d))
             if node is None:
                 node_missing_since = node_missing_since if node_missing_since else clock()
                 if not flex or clock() - node_missing_since > NODE_APPEAR_GRACE_S:
@@ -147,7 +191,7 @@ def wait_for_stack(
                 report(PHASE_NODE, node.state, finished=node.state == "READY")
         # 3. boot phases, 4. health
         if node is not None and node.state == "READY":
-            attrs = tpu.guest_attributes(d, NAMESPACE)
+            attrs = _read(lambda: tpu.guest_attributes(d, NAMESPACE))
             boot = parse_boot(attrs)
             if boot.state == "failed":
                 raise WaitFailed(
@@ -183,14 +227,17 @@ def wait_for_stack(
                     PHASE_NODE, f"{name}: node {d.node_name} is READY without an external IP",
                     hint="the node must be created with enableExternalIps (see the stack)",
                 )
-        elapsed = clock() - start
-        if elapsed >= timeout_s:
-            phase = current_phase()
-            raise WaitFailed(
-                phase,
-                f"{name}: timed out after {elapsed:.0f} s waiting for {phase} "
-                f"(last: {last.get(phase, 'nothing yet')})",
-                hint=f"wait longer (--timeout) or look at `tpuserve status {name}`",
-                exit_code=EXIT_TIMEOUT,
-            )
-        sleep(min(poll_s, max(0.0, timeout_s - elapsed)))
+        return None
+
+    with client_deadline(tpu, timeout_s):  # each TPU call, retries included
+        while True:
+            try:
+                result = poll_once()
+            except _Unreadable as exc:  # the API did not answer: poll again until timeout
+                report(current_phase(), str(exc))
+            else:
+                if result is not None:
+                    return result
+            check_time()
+            sleep(min(poll_s, max(0.0, timeout_s - (clock() - start))))
+            check_time()  # no time left for another read: its calls could not even start

@@ -113,13 +113,8 @@ class TpuClient(NodeCalls, GoogleApi):
     @contextlib.contextmanager
     def _command(self, timeout: float) -> Iterator[float]:
         """Retries inside this block end with the command's timeout; yields its start."""
-        start, outer = self.clock(), self.deadline
-        end = start + timeout
-        self.deadline = end if outer is None else min(outer, end)
-        try:
+        with self.deadline_within(timeout) as start:
             yield start
-        finally:
-            self.deadline = outer
 
     def _poll(self, ref: QueuedResourceRef) -> tuple[QueuedResource | None, str]:
         """One read of the QR for a wait loop: (QR or None, state). A read whose transient
@@ -131,6 +126,12 @@ class TpuClient(NodeCalls, GoogleApi):
                 raise
             return None, f"{UNREADABLE} ({exc.code} {exc.status})"
         return qr, qr.state if qr else MISSING
+
+    def _out_of_time(self, start: float, timeout: float) -> bool:
+        """No time left for another read: the wait's own timeout is spent, or the command's
+        deadline is nearer than a retry may start (RetryPolicy.min_try_s): a read begun now
+        would be cut, and its cut would hide what the last read said."""
+        return self.clock() - start >= timeout or self.call_budget() <= self.policy.min_try_s
 
     def _pause(self, elapsed: float, timeout: float) -> None:
         """One poll interval, never past the timeout."""
@@ -162,6 +163,8 @@ class TpuClient(NodeCalls, GoogleApi):
             if elapsed >= timeout:
                 raise timed_out(state, elapsed)
             self._pause(elapsed, timeout)
+            if self._out_of_time(start, timeout):
+                raise timed_out(state, self.clock() - start)
             if op.get("name") and not op.get("done"):
                 op = self._poll_operation(op)
 
@@ -275,6 +278,14 @@ class TpuClient(NodeCalls, GoogleApi):
         got capacity meanwhile: PROVISIONING, ACTIVE) is not deleted: Spared is raised.
         """
         progress = on_progress or _no_progress
+
+        def still_provisioning(elapsed: float) -> WaitTimeout:
+            return WaitTimeout(
+                f"queued resource {ref.name} is still PROVISIONING after {elapsed:.0f} s and "
+                "cannot be deleted until it finishes (SPEC 2) -> run the delete again in a few "
+                "minutes (cdktf destroy flex)"
+            )
+
         with self._command(timeout) as start:
             op: dict[str, Any] = {}
             refused = False
@@ -328,12 +339,10 @@ class TpuClient(NodeCalls, GoogleApi):
                         refused = True
                         progress(waiting, elapsed)
                     if elapsed >= timeout:
-                        raise WaitTimeout(
-                            f"queued resource {ref.name} is still PROVISIONING after "
-                            f"{elapsed:.0f} s and cannot be deleted until it finishes (SPEC 2) "
-                            "-> run the delete again in a few minutes (cdktf destroy flex)"
-                        ) from None
+                        raise still_provisioning(elapsed) from None
                     self._pause(elapsed, timeout)
+                    if self._out_of_time(start, timeout):
+                        raise still_provisioning(self.clock() - start) from None
             remaining = max(0.0, timeout - (self.clock() - start))
             self.wait_for_state(ref, {MISSING}, timeout=remaining, fail_states=(),
                                 on_progress=progress, operation=op)

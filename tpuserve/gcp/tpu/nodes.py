@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tpuserve.bounded_call import CallTimedOut, within
+from tpuserve.gcp.api import DEADLINE_HINT
 from tpuserve.gcp.credentials import credentials
 from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API, api_root
 from tpuserve.gcp.errors import ApiError, CredentialsError, ErrorDetails
@@ -129,6 +131,9 @@ def api_errors(action: str, environ: Mapping[str, str] | None = None) -> Iterato
             raise ApiError(401, "UNAUTHENTICATED", "the access token was refused",
                            action=action, service="tpu", token_in_env=True) from None
         raise CredentialsError(f"{action}: {exc}") from None
+    except CallTimedOut as exc:
+        raise ApiError(0, "DEADLINE_EXCEEDED", str(exc), action=action, service="tpu",
+                       hint=DEADLINE_HINT) from None
     except (OSError, ValueError) as exc:
         # requests' ConnectionError is an OSError; a garbled body surfaces as ValueError.
         raise ApiError(0, "UNAVAILABLE", type(exc).__name__, action=action,
@@ -177,9 +182,19 @@ class NodeCalls:
         """One node call through the edge's retry loop; failures as one-line ApiErrors.
         Retries end with `deadline` (an absolute clock time) or the command's, if sooner."""
         ends = [t for t in (deadline, self.deadline) if t is not None]
+        end = min(ends) if ends else None
+
+        def bounded() -> T:
+            # google-cloud-tpu's `timeout` is requests' per-read one: a server trickling its
+            # answer holds the call past it. The whole try ends within its cap and `end`.
+            budget = CALL_TIMEOUT_S if end is None else min(CALL_TIMEOUT_S, end - self.clock())
+            why = "the command's deadline passed" if budget <= 0 else (
+                f"no complete answer within {budget:.1f} s")
+            return within(budget, fn, lambda: CallTimedOut(why))
+
         with api_errors(action, self._environ):
-            return call_with_retry(fn, lambda exc: transient(exc, self.policy),
-                                    policy=self.policy, deadline=min(ends) if ends else None,
+            return call_with_retry(bounded, lambda exc: transient(exc, self.policy),
+                                    policy=self.policy, deadline=end,
                                     clock=self.clock, sleep=self.sleep)
 
     def get_node(self, d: Deployment) -> NodeView | None:
