@@ -5,10 +5,10 @@ time the Compute regional TPU quota the pools draw on, that the zone's release c
 the control-plane floor (MIN_MASTER_VERSION), and that the APIs below are enabled.
 
 GCP side (google-beta, this stack's own, destroyed with it):
-- in the base's network (by name), the proxy-only subnet a regional Gateway needs, and one
+- in the base's network (by name), the proxy-only subnet a regional Gateway needs, one
   firewall rule that lets the load balancer's proxies and health checks reach the pods' key
-  proxy port (the base denies all other ingress; the VM stacks' SSH and API-port rules are
-  not the fleet's);
+  proxy port, and one that lets the proxies reach the endpoint picker's ext_proc port (the
+  base denies all other ingress; the VM stacks' SSH and API-port rules are not the fleet's);
 - the base's node account gets roles/container.defaultNodeServiceAccount (GKE's minimum for
   a node's own logs and metrics) while the fleet is up;
 - a zonal VPC-native GKE Standard cluster at MIN_MASTER_VERSION or later (Workload Identity,
@@ -183,6 +183,24 @@ class FleetStack(ServingStack):
             depends_on=pre,
         )
         lb.override_logical_id("firewall_lb")
+        # The same proxies call the endpoint picker (the Gateway's ext_proc extension, a
+        # backend of the load balancer) on the picker Service's port: an Envoy-based load
+        # balancer's traffic to any backend comes from the proxy-only subnet (Google's load
+        # balancing docs, firewall-rules: "Load balancers based on the open source Envoy
+        # proxy"). Without it the base's deny drops every callout and, the pool being
+        # FailClose, the Gateway answers nothing. Not the probers' ranges: 9002 only.
+        picker = GoogleComputeFirewall(
+            self, "firewall_picker",
+            name=f"{d.node_name}-allow-picker", network=d.network_name, direction="INGRESS",
+            allow=[GoogleComputeFirewallAllow(protocol="tcp",
+                                              ports=[str(fleet_bundle.EPP_PORT)])],
+            source_ranges=[f.proxy_only_cidr],
+            target_tags=[d.network_tag],
+            description="The Gateway's proxies (proxy-only subnet) to the endpoint picker's "
+                        "ext_proc port",
+            depends_on=pre,
+        )
+        picker.override_logical_id("firewall_picker")
 
         node_role = GoogleProjectIamMember(
             self, "node_default_role", project=d.gcp.project, role=NODE_ROLE,
@@ -201,8 +219,8 @@ class FleetStack(ServingStack):
         )
         self.address.override_logical_id("fleet_ip")
         certs = self._certificate(d) if f.domain else []
-        self._bundle(d, depends_on=[proxy_only, lb, node_role, self.cluster, *self.pools,
-                                    *grants, self.address, *certs])
+        self._bundle(d, depends_on=[proxy_only, lb, picker, node_role, self.cluster,
+                                    *self.pools, *grants, self.address, *certs])
         self._outputs(d)
 
     # ------------------------------------------------------------------ cluster and pools

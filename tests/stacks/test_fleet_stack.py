@@ -180,8 +180,8 @@ def test_network_address_and_certificate(fleet) -> None:
     assert (sub["purpose"], sub["role"], sub["ip_cidr_range"], sub["network"], sub["region"]) \
         == ("REGIONAL_MANAGED_PROXY", "ACTIVE", "10.129.0.0/23", "tpuserve-net", "us-west4")
     rules = res(doc, "google_compute_firewall")
-    # Only the load balancer's rule: no IAP SSH, no API-port rule (access.* are set above).
-    assert set(rules) == {"firewall_lb"}
+    # Only the load balancer's rules: no IAP SSH, no API-port rule (access.* are set above).
+    assert set(rules) == {"firewall_lb", "firewall_picker"}
     lb = rules["firewall_lb"]
     assert lb["source_ranges"] == ["10.129.0.0/23", "35.191.0.0/16", "130.211.0.0/22"]
     assert lb["target_tags"] == ["tpuserve-fleet"]
@@ -189,6 +189,16 @@ def test_network_address_and_certificate(fleet) -> None:
     assert lb["allow"] == [{"protocol": "tcp", "ports": [str(fleet_bundle.PROXY_PORT)]}]
     assert fleet_bundle.PROXY_PORT == 8080
     assert "deny" not in lb
+    # The proxies' ext_proc calls to the picker (its Service's port), from the proxy-only
+    # subnet only: the base's deny-all would drop them and the FailClose pool serve nothing.
+    picker = rules["firewall_picker"]
+    assert picker["source_ranges"] == ["10.129.0.0/23"]
+    assert picker["target_tags"] == ["tpuserve-fleet"]
+    assert picker["allow"] == [{"protocol": "tcp", "ports": [str(fleet_bundle.EPP_PORT)]}]
+    assert fleet_bundle.EPP_PORT == 9002
+    assert "deny" not in picker
+    assert "google_compute_firewall.firewall_picker" in \
+        res(doc, "terraform_data")["k8s_teardown"]["depends_on"]
     ip = res(doc, "google_compute_address")["fleet_ip"]
     assert (ip["name"], ip["region"], ip["address_type"]) == (
         "tpuserve-fleet-ip", "us-west4", "EXTERNAL")
