@@ -212,6 +212,7 @@ class FakeMetadata:
         # Answers these requests match are sent one byte every `drip_every` seconds (drip)
         self.drip_matches: Callable[[Request], bool] | None = None
         self.drip_every = 0.5
+        self.drip_times: int | None = None
         self._drip_stop = threading.Event()
         self._lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
@@ -231,10 +232,11 @@ class FakeMetadata:
 
         self.faults.add(matches, lambda: throttled(retry_after), times)
 
-    def drip(self, matches: Callable[[Request], bool] | None, every: float = 0.5) -> None:
-        """From now on, answers to requests MATCHES accepts (None: none) are sent one byte
-        every EVERY seconds: status and headers at once, the body never fast enough."""
-        self.drip_every, self.drip_matches = every, matches
+    def drip(self, matches: Callable[[Request], bool] | None, every: float = 0.5,
+             times: int | None = None) -> None:
+        """Answers to the next TIMES (None: all) requests MATCHES accepts (None: none) are sent
+        one byte every EVERY seconds: status and headers at once, the body never fast enough."""
+        self.drip_every, self.drip_matches, self.drip_times = every, matches, times
 
     @property
     def host(self) -> str:
@@ -299,6 +301,11 @@ class FakeMetadata:
                                             response.status_code))
         matches = self.drip_matches
         if matches is not None and matches(request) and not getattr(response, "drop", False):
+            with self._lock:
+                if self.drip_times is not None:
+                    self.drip_times -= 1
+                    if self.drip_times <= 0:
+                        self.drip_matches = None
             return dripping(response, self.drip_every, self._drip_stop)
         return response
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from werkzeug import Request, Response
 
-from .metadata import FaultQueue, LoopbackServer
+from .metadata import FaultQueue, LoopbackServer, dripping
 from .storage import crc32c
 
 PROJECT_NUMBER = "123456789012"
@@ -56,6 +56,8 @@ class FakeSecretManager:
         self.outage = False
         self.denied: set[str] = set()  # permissions the caller lacks (secretmanager.secrets.get)
         self.faults = FaultQueue()  # front-end pages, dropped connections (see fail_next)
+        self.drip_accesses = 0  # the next N :access answers drip (drip_next)
+        self._drip_stop = threading.Event()
         self._lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
 
@@ -69,6 +71,7 @@ class FakeSecretManager:
         return self
 
     def stop(self) -> None:
+        self._drip_stop.set()
         self.server.stop()
 
     def create_secret(self, secret: str) -> None:
@@ -112,7 +115,15 @@ class FakeSecretManager:
         with self._lock:
             secret = m[2] if m else meta[2] if meta else ""
             self.calls.append(AccessCall(time.time(), secret, response.status_code))
-        return response
+            drip = m is not None and self.drip_accesses > 0
+            self.drip_accesses -= drip
+        return dripping(response, 0.5, self._drip_stop) if drip else response
+
+    def drip_next(self, times: int = 1) -> None:
+        """The next TIMES :access answers are sent one byte every 0.5 s (status and headers at
+        once): a read bounded per recv only never ends."""
+        with self._lock:
+            self.drip_accesses += times
 
     def fail_next_get(self, code: int, status: str, message: str, *, times: int = 1) -> None:
         """The next `times` secrets.get calls (metadata, not :access) get this error."""
