@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import hashlib
+import http.client
 import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -39,6 +43,59 @@ import urllib.request
 META = "http://169.254.169.254/computeMetadata/v1/instance/service-accounts/default/token"
 API = "https://storage.googleapis.com/"
 _token: tuple[str, float] = ("", 0.0)
+
+
+# Every request is bounded as a whole, not per recv: urllib's timeout bounds each socket
+# operation only, so an answer dripping a byte at a time (headers or body) would hold a read
+# without bound. Here a request's timeout (or `_bound.seconds`, set by call for the duration of
+# its urlopen) is the life of its connection: a timer shuts the socket when it runs out, and
+# the read fails (IncompleteRead, a reset, a cut JSON; a download also checks its deadline).
+_bound = threading.local()
+
+
+def _watch(sock: socket.socket, seconds: float | None) -> None:
+    if seconds is None:
+        return
+
+    def cut() -> None:
+        with contextlib.suppress(OSError):  # closed meanwhile: the read had ended
+            sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(max(0.0, seconds), cut)
+    timer.daemon = True
+    timer.start()
+
+
+def _life(timeout: object) -> float | None:
+    seconds = getattr(_bound, "seconds", None)
+    if seconds is not None:
+        return seconds
+    return timeout if isinstance(timeout, (int, float)) else None
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch(self.sock, _life(self.timeout))
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch(self.sock, _life(self.timeout))
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_HTTPConnection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_HTTPSConnection, req, context=self._context)
+
+
+urllib.request.install_opener(urllib.request.build_opener(_HTTPHandler, _HTTPSHandler))
 
 
 def log(*words: object) -> None:
@@ -63,11 +120,17 @@ def token() -> str:
     return _token[0]
 
 
-def call(method: str, url: str, *, body=None, headers=None, timeout: float = 30):
-    """One request; returns the open response (2xx) or raises urllib.error.HTTPError."""
+def call(method: str, url: str, *, body=None, headers=None, timeout: float = 30,
+         whole: float | None = None):
+    """One request; returns the open response (2xx) or raises urllib.error.HTTPError. Its
+    connection lives at most `whole` seconds (default: timeout), reading the answer included."""
     h = {"Authorization": "Bearer " + token(), **(headers or {})}
     req = urllib.request.Request(url, data=body, method=method, headers=h)
-    return urllib.request.urlopen(req, timeout=timeout)
+    _bound.seconds = whole
+    try:
+        return urllib.request.urlopen(req, timeout=timeout)
+    finally:
+        _bound.seconds = None
 
 
 def obj_url(bucket: str, name: str, *, media: bool = False) -> str:
@@ -81,7 +144,8 @@ def status(exc: BaseException) -> str:
 
 def download(bucket: str, name: str, dest: str, deadline: float) -> None:
     """GET the object's media into dest, checking the md5 Cloud Storage reports."""
-    with call("GET", obj_url(bucket, name, media=True), timeout=30) as r, open(dest, "wb") as f:
+    with call("GET", obj_url(bucket, name, media=True), timeout=30,
+              whole=deadline - time.time()) as r, open(dest, "wb") as f:
         want = ""
         for part in r.headers.get_all("x-goog-hash") or []:
             for item in part.split(","):
@@ -89,11 +153,18 @@ def download(bucket: str, name: str, dest: str, deadline: float) -> None:
                 if k == "md5":
                     want = v
         h = hashlib.md5()
-        while block := r.read(1 << 20):
-            if time.time() > deadline:
-                raise TimeoutError("over the time allowed")
-            h.update(block)
-            f.write(block)
+        try:
+            while block := r.read(1 << 20):
+                if time.time() > deadline:
+                    raise TimeoutError("over the time allowed")
+                h.update(block)
+                f.write(block)
+        except (OSError, http.client.HTTPException):
+            if time.time() > deadline:  # the connection was cut at its deadline
+                raise TimeoutError("over the time allowed") from None
+            raise
+        if time.time() > deadline:  # a body cut at the deadline may look complete
+            raise TimeoutError("over the time allowed")
     if want and base64.b64encode(h.digest()).decode() != want:
         raise ValueError("md5 mismatch (partial download)")
 
