@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 # What the proxy accepts as a key: nothing nginx would read as syntax.
 KEY_RE = r"[A-Za-z0-9._~+/=-]{16,512}"
@@ -105,16 +106,20 @@ class PollError(Exception):
     pass
 
 
-def bounded_get(host: str, path: str, headers: dict[str, str], limit: float,
+def bounded_get(url: str, headers: dict[str, str], limit: float,
                 max_bytes: int) -> tuple[int, dict[str, str], bytes | None]:
-    """GET http://HOST/PATH: (status, headers with lower-case names, body; None when over
-    MAX_BYTES). The whole exchange (connect, request, headers, body) ends within LIMIT seconds:
-    the timeout of http.client bounds each recv only, so an answer dripping a byte at a time would
-    hold it without bound; a timer shuts the socket at the deadline instead. PollError on no
-    answer, a broken one, or the deadline (a body cut short by it may look complete: never
-    returned)."""
+    """GET URL (http://): (status, headers with lower-case names, body; None when over
+    MAX_BYTES). The whole exchange (connect, request, headers, body) ends within LIMIT
+    seconds: the timeout of http.client bounds each recv only, so an answer dripping a byte at a
+    time would hold it without bound; a timer shuts the socket at the deadline instead.
+    PollError on no answer, a broken one, or the deadline (a body cut short by it may look
+    complete: never returned). Every HTTP read of the helper goes through here."""
     deadline = time.monotonic() + limit
-    conn = http.client.HTTPConnection(host, timeout=limit)
+    parts = urllib.parse.urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    if parts.scheme != "http":  # the metadata server; a Google API goes through lib.sh (curl)
+        raise PollError(f"not an http:// URL: {url[:100]}")
+    conn = http.client.HTTPConnection(parts.netloc, timeout=limit)
     expired = threading.Event()
     timer: threading.Timer | None = None
     try:
@@ -131,7 +136,7 @@ def bounded_get(host: str, path: str, headers: dict[str, str], limit: float,
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
         timer.daemon = True
         timer.start()
-        conn.request("GET", path, headers=headers)
+        conn.request("GET", target, headers=headers)
         resp = conn.getresponse()
         chunks, size = [], 0
         while size <= max_bytes:
@@ -204,7 +209,7 @@ class Watcher:
         answer had no usable one). PollError: no answer, not a 200, or not all of it within
         timeout_sec + POLL_GRACE_S."""
         query = f"?wait_for_change=true&last_etag={etag}&timeout_sec={self.timeout_sec}"
-        status, headers, body = bounded_get(self.host, SCRIPT_PATH + query,
+        status, headers, body = bounded_get(f"http://{self.host}{SCRIPT_PATH}{query}",
                                             {"Metadata-Flavor": "Google"},
                                             self.timeout_sec + POLL_GRACE_S, MAX_SCRIPT_BYTES)
         if status != 200:
