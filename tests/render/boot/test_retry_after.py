@@ -93,3 +93,21 @@ def test_a_write_throttled_for_good_is_given_up_and_later_writes_still_land(clou
     assert set(BOOT_STORY) - {"secret"} <= set(attrs), attrs
     assert "guest attribute secret: not written (HTTP 429 after" in out
     assert len(cloud.metadata.guest_puts("secret")) > 1  # retried, not dropped at once
+
+
+def test_a_cache_download_asked_to_wait_past_its_pause_budget_is_a_miss_at_once(
+    cloud: Cloud,
+) -> None:
+    # api_tries: a restore's pauses stay within 30 s in all (a restore may never cost more than
+    # a warm cache saves); a Retry-After of 45 s is not waited for, nor retried sooner.
+    first = cloud.node()
+    first.run()
+    first.stop()
+    node = cloud.node()
+    since = time.time()
+    cloud.storage.fail_next(503, kind="download", retry_after="45")
+    node.run()
+    attrs = node.attrs()
+    assert attrs["cache"] == "miss storage answered HTTP 503", attrs
+    assert attrs["state"] == "ready"
+    assert [c.status for c in cloud.storage.calls_of("download") if c.at >= since] == [503]
