@@ -12,6 +12,9 @@ import time
 from email.utils import formatdate
 from itertools import pairwise
 
+from werkzeug import Request
+
+from tests.fakes.metadata import GUEST_PREFIX, throttled
 from tests.render.boot.support import BOOT_STORY, Cloud
 
 SCALE = 0.02  # Retry-After 20 s = 0.4 s here, against the 1 s backoff's 0.02 s
@@ -111,3 +114,29 @@ def test_a_cache_download_asked_to_wait_past_its_pause_budget_is_a_miss_at_once(
     assert attrs["cache"] == "miss storage answered HTTP 503", attrs
     assert attrs["state"] == "ready"
     assert [c.status for c in cloud.storage.calls_of("download") if c.at >= since] == [503]
+
+
+def test_a_metadata_server_failing_every_write_costs_three_retried_values_then_one_try_each(
+    cloud: Cloud,
+) -> None:
+    def guest_put(r: Request) -> bool:
+        return r.method == "PUT" and r.path.startswith(GUEST_PREFIX)
+
+    cloud.metadata.faults.add(guest_put, lambda: throttled(code=503), times=10**6)
+    node = cloud.node()
+    out = node.run()
+    assert "state: ready" in out and "guest attributes unavailable" not in out
+    assert node.attrs() == {}
+    puts = [(at, key) for at, method, key, _ in cloud.metadata.guest_requests if method == "PUT"]
+    tries: dict[str, int] = {}
+    order: list[str] = []
+    for _, key in puts:
+        if key not in tries:
+            order.append(key)
+        tries[key] = tries.get(key, 0) + 1
+    # boot, state (booting) and secret are retried and lost; from then on one try a value,
+    # and every later phase still tries its write.
+    assert order[:3] == ["boot", "state", "secret"], order
+    assert all(tries[k] > 1 for k in order[:3]), tries
+    assert set(BOOT_STORY) <= set(order), order
+    assert out.count("not written (HTTP 503 after 1 tries)") >= len(set(BOOT_STORY)) - 3
