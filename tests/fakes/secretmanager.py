@@ -59,7 +59,7 @@ class FakeSecretManager:
         self.drip_accesses = 0  # the next N :access answers drip (drip_next)
         self._drip_stop = threading.Event()
         self._lock = threading.Lock()
-        self.server = LoopbackServer(self._handle)
+        self.server = LoopbackServer(self._serve)  # _handle, some answers dripped
 
     @property
     def endpoint(self) -> str:
@@ -73,6 +73,20 @@ class FakeSecretManager:
     def stop(self) -> None:
         self._drip_stop.set()
         self.server.stop()
+
+    def drip_next(self, times: int = 1) -> None:
+        """The next TIMES :access answers are sent one byte every 0.5 s (status and headers at
+        once): a read bounded per recv only never ends."""
+        with self._lock:
+            self.drip_accesses += times
+
+    def _serve(self, request: Request) -> Response:
+        response = self._handle(request)
+        with self._lock:
+            drip = _ACCESS.fullmatch(request.path) is not None and self.drip_accesses > 0
+            if drip:
+                self.drip_accesses -= 1
+        return dripping(response, 0.5, self._drip_stop) if drip else response
 
     def create_secret(self, secret: str) -> None:
         with self._lock:
@@ -115,15 +129,7 @@ class FakeSecretManager:
         with self._lock:
             secret = m[2] if m else meta[2] if meta else ""
             self.calls.append(AccessCall(time.time(), secret, response.status_code))
-            drip = m is not None and self.drip_accesses > 0
-            self.drip_accesses -= drip
-        return dripping(response, 0.5, self._drip_stop) if drip else response
-
-    def drip_next(self, times: int = 1) -> None:
-        """The next TIMES :access answers are sent one byte every 0.5 s (status and headers at
-        once): a read bounded per recv only never ends."""
-        with self._lock:
-            self.drip_accesses += times
+        return response
 
     def fail_next_get(self, code: int, status: str, message: str, *, times: int = 1) -> None:
         """The next `times` secrets.get calls (metadata, not :access) get this error."""
