@@ -20,6 +20,12 @@ waits ends it with a 404. The ETag changes with every write of the value, the sa
 included (a metadata update that rewrites it). `set_attribute` (and `touch_attribute`, a new
 ETag for the same value) wake the waiters; a direct change of `attributes` is noticed within
 50 ms.
+
+Fault modes, beyond `faults` (any answer instead of the real one): `refuse_key` (every write of
+one guest attribute refused, 400 by default), `throttle_guest` (the next writes get a 429 with
+a Retry-After), `drip` (answers sent a byte at a time after their headers). The real server's
+bodies for these refusals are not documented: plain text here. `guest_requests` logs every
+guest-attribute request, refused ones included.
 """
 
 from __future__ import annotations
