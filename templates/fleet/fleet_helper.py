@@ -26,6 +26,7 @@ import base64
 import concurrent.futures
 import contextlib
 import hashlib
+import heapq
 import http.client
 import json
 import os
@@ -48,22 +49,44 @@ _token: tuple[str, float] = ("", 0.0)
 # Every request is bounded as a whole, not per recv: urllib's timeout bounds each socket
 # operation only, so an answer dripping a byte at a time (headers or body) would hold a read
 # without bound. Here a request's timeout (or `_bound.seconds`, set by call for the duration of
-# its urlopen) is the life of its connection: a timer shuts the socket when it runs out, and
-# the read fails (IncompleteRead, a reset, a cut JSON; a download also checks its deadline).
+# its urlopen) is the life of its connection: one watchdog thread shuts the socket when it runs
+# out, and the read fails (IncompleteRead, a reset, a cut JSON; a download also checks its
+# deadline). One thread for all: a weights restore opens thousands of connections.
 _bound = threading.local()
 
 
+class _Watchdog:
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._due: list[tuple[float, int, socket.socket]] = []  # a heap: (deadline, id, socket)
+        self._thread: threading.Thread | None = None
+
+    def watch(self, sock: socket.socket, seconds: float) -> None:
+        with self._cv:
+            heapq.heappush(self._due, (time.monotonic() + max(0.0, seconds), id(sock), sock))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="deadlines", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        with self._cv:
+            while True:
+                now = time.monotonic()
+                while self._due and (self._due[0][0] <= now or self._due[0][2].fileno() < 0):
+                    _, _, sock = heapq.heappop(self._due)
+                    if sock.fileno() >= 0:  # still open at its deadline: cut
+                        with contextlib.suppress(OSError):
+                            sock.shutdown(socket.SHUT_RDWR)
+                self._cv.wait(self._due[0][0] - now if self._due else None)
+
+
+_watchdog = _Watchdog()
+
+
 def _watch(sock: socket.socket, seconds: float | None) -> None:
-    if seconds is None:
-        return
-
-    def cut() -> None:
-        with contextlib.suppress(OSError):  # closed meanwhile: the read had ended
-            sock.shutdown(socket.SHUT_RDWR)
-
-    timer = threading.Timer(max(0.0, seconds), cut)
-    timer.daemon = True
-    timer.start()
+    if seconds is not None:
+        _watchdog.watch(sock, seconds)
 
 
 def _life(timeout: object) -> float | None:

@@ -73,3 +73,19 @@ def test_a_dripping_download_ends_at_its_deadline(
         metadata.stop()
     assert out, "a dripping download never ended"
     assert isinstance(out[0], TimeoutError), out
+
+
+def test_answers_that_end_in_time_are_read_whole_and_share_one_watchdog(
+    helper: ModuleType, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metadata = FakeMetadata(access_token="ya29.fake-token").start()
+    try:
+        monkeypatch.setattr(helper, "META", f"http://{metadata.host}{TOKEN_PATH}")
+        for _ in range(30):
+            monkeypatch.setattr(helper, "_token", ("", 0.0))  # read it again
+            assert helper.token() == "ya29.fake-token"
+    finally:
+        metadata.stop()
+        # No thread a connection (a Timer each would live its whole timeout): one watchdog.
+        assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+        assert helper._watchdog._thread is not None and helper._watchdog._thread.is_alive()
