@@ -29,9 +29,12 @@ import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 
 # What the proxy accepts as a key: nothing nginx would read as syntax.
 KEY_RE = r"[A-Za-z0-9._~+/=-]{16,512}"
@@ -86,12 +89,12 @@ def generation(path: str) -> None:
 # Metadata updates the startup-script in place (no reboot, no new VM), and the runner runs it
 # only at boot: the watcher long-polls it and runs a changed script the way the runner would.
 # The metadata server is trusted for what it says (the project owner writes the script) but
-# not for how it answers: every request is timed out, a value is read to a bound, and however
-# fast or odd its answers, polls are spaced and errors back off.
+# not for how it answers: every request is bounded as a whole (bounded_get), a value is read
+# to a size bound, and however fast or odd its answers, polls are spaced and errors back off.
 SCRIPT_PATH = "/computeMetadata/v1/instance/attributes/startup-script"
 MAX_SCRIPT_BYTES = 256 * 1024  # a metadata value is at most 256 KB; anything longer: not run
 POLL_TIMEOUT_S = 60  # timeout_sec of one long poll (scaled; the server takes integers, >= 1)
-POLL_GRACE_S = 10  # the client gives up this long after timeout_sec (real seconds)
+POLL_GRACE_S = 10  # the whole poll ends this long after timeout_sec (real seconds)
 MIN_POLL_GAP_S = 5  # between the starts of two polls, whatever the answers: never spins
 BACKOFF_S = (1, 60)  # after a failed poll: 1 s, doubling to 60 s
 APPLY_MAX_S = 4 * 3600  # the budgets of a boot (pull, readiness) end it long before
@@ -101,6 +104,59 @@ ETAG_RE = r"[A-Za-z0-9_.:+/=-]{1,128}"
 
 class PollError(Exception):
     pass
+
+
+def bounded_get(url: str, headers: dict[str, str], limit: float,
+                max_bytes: int) -> tuple[int, dict[str, str], bytes | None]:
+    """GET URL (http://): (status, headers with lower-case names, body; None when over
+    MAX_BYTES). The whole exchange (connect, request, headers, body) ends within LIMIT
+    seconds: the timeout of http.client bounds each recv only, so an answer dripping a byte at a
+    time would hold it without bound; a timer shuts the socket at the deadline instead.
+    PollError on no answer, a broken one, or the deadline (a body cut short by it may look
+    complete: never returned). Every HTTP read of the helper goes through here."""
+    deadline = time.monotonic() + limit
+    parts = urllib.parse.urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    if parts.scheme != "http":  # the metadata server; a Google API goes through lib.sh (curl)
+        raise PollError(f"not an http:// URL: {url[:100]}")
+    conn = http.client.HTTPConnection(parts.netloc, timeout=limit)
+    expired = threading.Event()
+    timer: threading.Timer | None = None
+    try:
+        conn.connect()  # bounded by the timeout; the timer needs the socket to shut
+        # This socket, not conn.sock: a response that closes the connection takes it over
+        # (conn.sock is then None) and reads on through it.
+        sock = conn.sock
+
+        def expire() -> None:
+            expired.set()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+        timer.daemon = True
+        timer.start()
+        conn.request("GET", target, headers=headers)
+        resp = conn.getresponse()
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = resp.read(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        answer_headers = {k.lower(): v for k, v in resp.getheaders()}
+    except (OSError, http.client.HTTPException) as e:
+        if expired.is_set():
+            raise PollError(f"no whole answer within {limit:g} s") from None
+        raise PollError(f"{type(e).__name__}: {e}") from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+        conn.close()
+    if expired.is_set():
+        raise PollError(f"no whole answer within {limit:g} s")
+    return resp.status, answer_headers, (b"".join(chunks) if size <= max_bytes else None)
 
 
 class Watcher:
@@ -150,32 +206,17 @@ class Watcher:
 
     def poll(self, etag: str) -> tuple[bytes | None, str]:
         """One long poll: (value, None when over MAX_SCRIPT_BYTES; its ETag, "0" when the
-        answer had no usable one). PollError: no answer, or not a 200."""
+        answer had no usable one). PollError: no answer, not a 200, or not all of it within
+        timeout_sec + POLL_GRACE_S."""
         query = f"?wait_for_change=true&last_etag={etag}&timeout_sec={self.timeout_sec}"
-        limit = self.timeout_sec + POLL_GRACE_S
-        deadline = time.monotonic() + limit
-        conn = http.client.HTTPConnection(self.host, timeout=limit)
-        try:
-            conn.request("GET", SCRIPT_PATH + query, headers={"Metadata-Flavor": "Google"})
-            resp = conn.getresponse()
-            if resp.status != 200:
-                raise PollError(f"HTTP {resp.status}")
-            chunks, size = [], 0
-            while size <= MAX_SCRIPT_BYTES:
-                if time.monotonic() > deadline:
-                    raise PollError(f"answer slower than {limit} s")
-                chunk = resp.read(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            new_etag = resp.getheader("ETag") or ""
-            new_etag = new_etag if re.fullmatch(ETAG_RE, new_etag) else "0"
-            return (b"".join(chunks) if size <= MAX_SCRIPT_BYTES else None), new_etag
-        except (OSError, http.client.HTTPException) as e:
-            raise PollError(f"{type(e).__name__}: {e}") from None
-        finally:
-            conn.close()
+        status, headers, body = bounded_get(f"http://{self.host}{SCRIPT_PATH}{query}",
+                                            {"Metadata-Flavor": "Google"},
+                                            self.timeout_sec + POLL_GRACE_S, MAX_SCRIPT_BYTES)
+        if status != 200:
+            raise PollError(f"HTTP {status}")
+        new_etag = headers.get("etag", "")
+        new_etag = new_etag if re.fullmatch(ETAG_RE, new_etag) else "0"
+        return body, new_etag
 
     def booted_sha(self) -> str:
         """The sha256 of the script the last boot on this node ran, if it said."""

@@ -24,13 +24,18 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import hashlib
+import heapq
+import http.client
 import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -48,6 +53,81 @@ TOKEN_RETRY_S = 30.0
 TOKEN_BACKOFF_S = (0.5, 4.0)
 API = "https://storage.googleapis.com/"
 _token: tuple[str, float] = ("", 0.0)
+
+
+# Every request is bounded as a whole, not per recv: urllib's timeout bounds each socket
+# operation only, so an answer dripping a byte at a time (headers or body) would hold a read
+# without bound. Here a request's timeout (or `_bound.seconds`, set by call for the duration of
+# its urlopen) is the life of its connection: one watchdog thread shuts the socket when it runs
+# out, and the read fails (IncompleteRead, a reset, a cut JSON; a download also checks its
+# deadline). One thread for all: a weights restore opens thousands of connections.
+_bound = threading.local()
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._due: list[tuple[float, int, socket.socket]] = []  # a heap: (deadline, id, socket)
+        self._thread: threading.Thread | None = None
+
+    def watch(self, sock: socket.socket, seconds: float) -> None:
+        with self._cv:
+            heapq.heappush(self._due, (time.monotonic() + max(0.0, seconds), id(sock), sock))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="deadlines", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        with self._cv:
+            while True:
+                now = time.monotonic()
+                while self._due and (self._due[0][0] <= now or self._due[0][2].fileno() < 0):
+                    _, _, sock = heapq.heappop(self._due)
+                    if sock.fileno() >= 0:  # still open at its deadline: cut
+                        with contextlib.suppress(OSError):
+                            sock.shutdown(socket.SHUT_RDWR)
+                self._cv.wait(self._due[0][0] - now if self._due else None)
+
+
+_watchdog = _Watchdog()
+
+
+def _watch(sock: socket.socket, seconds: float | None) -> None:
+    if seconds is not None:
+        _watchdog.watch(sock, seconds)
+
+
+def _life(timeout: object) -> float | None:
+    seconds = getattr(_bound, "seconds", None)
+    if seconds is not None:
+        return seconds
+    return timeout if isinstance(timeout, (int, float)) else None
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch(self.sock, _life(self.timeout))
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch(self.sock, _life(self.timeout))
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_HTTPConnection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_HTTPSConnection, req, context=self._context)
+
+
+urllib.request.install_opener(urllib.request.build_opener(_HTTPHandler, _HTTPSHandler))
 
 
 def log(*words: object) -> None:
@@ -94,11 +174,17 @@ def token() -> str:
     return _token[0]
 
 
-def call(method: str, url: str, *, body=None, headers=None, timeout: float = 30):
-    """One request; returns the open response (2xx) or raises urllib.error.HTTPError."""
+def call(method: str, url: str, *, body=None, headers=None, timeout: float = 30,
+         whole: float | None = None):
+    """One request; returns the open response (2xx) or raises urllib.error.HTTPError. Its
+    connection lives at most `whole` seconds (default: timeout), reading the answer included."""
     h = {"Authorization": "Bearer " + token(), **(headers or {})}
     req = urllib.request.Request(url, data=body, method=method, headers=h)
-    return urllib.request.urlopen(req, timeout=timeout)
+    _bound.seconds = whole
+    try:
+        return urllib.request.urlopen(req, timeout=timeout)
+    finally:
+        _bound.seconds = None
 
 
 def obj_url(bucket: str, name: str, *, media: bool = False) -> str:
@@ -112,7 +198,8 @@ def status(exc: BaseException) -> str:
 
 def download(bucket: str, name: str, dest: str, deadline: float) -> None:
     """GET the object's media into dest, checking the md5 Cloud Storage reports."""
-    with call("GET", obj_url(bucket, name, media=True), timeout=30) as r, open(dest, "wb") as f:
+    with call("GET", obj_url(bucket, name, media=True), timeout=30,
+              whole=deadline - time.time()) as r, open(dest, "wb") as f:
         want = ""
         for part in r.headers.get_all("x-goog-hash") or []:
             for item in part.split(","):
@@ -120,11 +207,18 @@ def download(bucket: str, name: str, dest: str, deadline: float) -> None:
                 if k == "md5":
                     want = v
         h = hashlib.md5()
-        while block := r.read(1 << 20):
-            if time.time() > deadline:
-                raise TimeoutError("over the time allowed")
-            h.update(block)
-            f.write(block)
+        try:
+            while block := r.read(1 << 20):
+                if time.time() > deadline:
+                    raise TimeoutError("over the time allowed")
+                h.update(block)
+                f.write(block)
+        except (OSError, http.client.HTTPException):
+            if time.time() > deadline:  # the connection was cut at its deadline
+                raise TimeoutError("over the time allowed") from None
+            raise
+        if time.time() > deadline:  # a body cut at the deadline may look complete
+            raise TimeoutError("over the time allowed")
     if want and base64.b64encode(h.digest()).decode() != want:
         raise ValueError("md5 mismatch (partial download)")
 

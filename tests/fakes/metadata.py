@@ -20,6 +20,12 @@ waits ends it with a 404. The ETag changes with every write of the value, the sa
 included (a metadata update that rewrites it). `set_attribute` (and `touch_attribute`, a new
 ETag for the same value) wake the waiters; a direct change of `attributes` is noticed within
 50 ms.
+
+Fault modes, beyond `faults` (any answer instead of the real one): `refuse_key` (every write of
+one guest attribute refused, 400 by default), `throttle_guest` (the next writes get a 429 with
+a Retry-After), `drip` (answers sent a byte at a time after their headers). The real server's
+bodies for these refusals are not documented: plain text here. `guest_requests` logs every
+guest-attribute request, refused ones included.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -115,6 +121,33 @@ def any_request(_request: Request) -> bool:
     return True
 
 
+def dripping(response: Response, every: float, stop: threading.Event) -> Response:
+    """RESPONSE with its status, headers (Content-Length included) and body as they were, the
+    body sent one byte every EVERY seconds: a server that answers, but never fast enough to
+    end (a per-recv timeout never fires; only a bound on the whole read ends it). STOP ends
+    the drip early (the fake stops)."""
+    body = response.get_data()
+
+    def drip() -> Iterator[bytes]:
+        for i in range(len(body)):
+            if stop.wait(every):
+                return
+            yield body[i:i + 1]
+
+    out = Response(drip(), response.status_code, headers=list(response.headers.items()))
+    out.headers["Content-Length"] = str(len(body))
+    return out
+
+
+def throttled(retry_after: str | None = None, code: int = 429) -> Response:
+    """A refusal with an optional Retry-After (delta-seconds or an HTTP-date, RFC 9110 10.2.3).
+    The metadata server's exact 429 body is not documented: plain text here."""
+    response = Response(f"{HTTPStatus(code).phrase}\n", code, mimetype="text/plain")
+    if retry_after is not None:
+        response.headers["Retry-After"] = retry_after
+    return response
+
+
 class LoopbackServer:
     """A threaded werkzeug server on 127.0.0.1 (a free port) around one request handler.
 
@@ -181,8 +214,38 @@ class FakeMetadata:
         # enable-guest-attributes=TRUE; the fake starts with them on.
         self.guest_attributes_enabled = True
         self.faults = FaultQueue()  # e.g. faults.drop(lambda r: r.path == TOKEN_PATH)
+        # Every guest-attribute request, faulted ones included: (time.time(), method, key, status)
+        self.guest_requests: list[tuple[float, str, str, int]] = []
+        # key -> (status, body) answered to every PUT of that guest attribute (refuse_key)
+        self.refused_keys: dict[str, tuple[int, str]] = {}
+        # Answers these requests match are sent one byte every `drip_every` seconds (drip)
+        self.drip_matches: Callable[[Request], bool] | None = None
+        self.drip_every = 0.5
+        self.drip_times: int | None = None
+        self._drip_stop = threading.Event()
         self._lock = threading.Lock()
         self.server = LoopbackServer(self._handle)
+
+    def refuse_key(self, key: str, code: int = 400,
+                   body: str = "Invalid guest attribute value.\n") -> None:
+        """Answer every PUT of guest attribute KEY (any namespace) with CODE, nothing stored:
+        one value the server will not take. The real server's body for it is not documented."""
+        self.refused_keys[key] = (code, body)
+
+    def throttle_guest(self, retry_after: str | None = None, times: int = 1,
+                       key: str | None = None) -> None:
+        """The next TIMES guest-attribute writes (of KEY, or any) get a 429 with Retry-After."""
+        def matches(r: Request) -> bool:
+            return (r.method == "PUT" and r.path.startswith(GUEST_PREFIX)
+                    and (key is None or r.path.rsplit("/", 1)[-1] == key))
+
+        self.faults.add(matches, lambda: throttled(retry_after), times)
+
+    def drip(self, matches: Callable[[Request], bool] | None, every: float = 0.5,
+             times: int | None = None) -> None:
+        """Answers to the next TIMES (None: all) requests MATCHES accepts (None: none) are sent
+        one byte every EVERY seconds: status and headers at once, the body never fast enough."""
+        self.drip_every, self.drip_matches, self.drip_times = every, matches, times
 
     @property
     def host(self) -> str:
@@ -197,6 +260,7 @@ class FakeMetadata:
         with self._changed:
             self._stopped = True
             self._changed.notify_all()
+        self._drip_stop.set()
         self.server.stop()
 
     # -- instance attributes
@@ -238,6 +302,29 @@ class FakeMetadata:
             return [w for w in self.writes if w.namespace == namespace]
 
     def _handle(self, request: Request) -> Response:
+        response = self._answer(request)
+        if request.path.startswith(GUEST_PREFIX):
+            with self._lock:
+                self.guest_requests.append((time.time(), request.method,
+                                            request.path.rsplit("/", 1)[-1],
+                                            response.status_code))
+        matches = self.drip_matches
+        if matches is not None and matches(request) and not getattr(response, "drop", False):
+            with self._lock:
+                if self.drip_times is not None:
+                    self.drip_times -= 1
+                    if self.drip_times <= 0:
+                        self.drip_matches = None
+            return dripping(response, self.drip_every, self._drip_stop)
+        return response
+
+    def guest_puts(self, key: str) -> list[tuple[float, int]]:
+        """(time, status) of every PUT of guest attribute KEY, refused ones included."""
+        with self._lock:
+            return [(at, status) for at, method, k, status in self.guest_requests
+                    if method == "PUT" and k == key]
+
+    def _answer(self, request: Request) -> Response:
         if (fault := self.faults.take(request)) is not None:
             return fault
         if request.headers.get("Metadata-Flavor") != "Google":
@@ -310,6 +397,9 @@ class FakeMetadata:
         namespace, key = parts
         if not self.guest_attributes_enabled:
             return Response("Guest attributes endpoint access is disabled.\n", 403)
+        if request.method == "PUT" and key in self.refused_keys:
+            code, body = self.refused_keys[key]
+            return Response(body, code, mimetype="text/plain")
         with self._lock:
             if request.method == "PUT":
                 value = request.get_data(as_text=True)

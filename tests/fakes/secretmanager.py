@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from werkzeug import Request, Response
 
 from .discovery import Discovery, guarded
-from .metadata import FaultQueue, LoopbackServer
+from .metadata import FaultQueue, LoopbackServer, dripping
 from .storage import crc32c
 
 PROJECT_NUMBER = "123456789012"
@@ -57,9 +57,12 @@ class FakeSecretManager:
         self.outage = False
         self.denied: set[str] = set()  # permissions the caller lacks (secretmanager.secrets.get)
         self.faults = FaultQueue()  # front-end pages, dropped connections (see fail_next)
+        self.drip_accesses = 0  # the next N :access answers drip (drip_next)
+        self._drip_stop = threading.Event()
         self._lock = threading.Lock()
         # Requests and answers checked against secretmanager.v1's discovery document.
-        self.server = LoopbackServer(guarded(Discovery.load("secretmanager", "v1"), self._handle))
+        self._checked = guarded(Discovery.load("secretmanager", "v1"), self._handle)
+        self.server = LoopbackServer(self._serve)  # _checked, some answers dripped
 
     @property
     def endpoint(self) -> str:
@@ -71,7 +74,22 @@ class FakeSecretManager:
         return self
 
     def stop(self) -> None:
+        self._drip_stop.set()
         self.server.stop()
+
+    def drip_next(self, times: int = 1) -> None:
+        """The next TIMES :access answers are sent one byte every 0.5 s (status and headers at
+        once): a read bounded per recv only never ends."""
+        with self._lock:
+            self.drip_accesses += times
+
+    def _serve(self, request: Request) -> Response:
+        response = self._checked(request)
+        with self._lock:
+            drip = _ACCESS.fullmatch(request.path) is not None and self.drip_accesses > 0
+            if drip:
+                self.drip_accesses -= 1
+        return dripping(response, 0.5, self._drip_stop) if drip else response
 
     def create_secret(self, secret: str) -> None:
         with self._lock:
