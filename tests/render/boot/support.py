@@ -36,6 +36,7 @@ from tests.fakes.metadata import FakeMetadata, GuestWrite
 from tests.fakes.secretmanager import FakeSecretManager
 from tests.fakes.storage import FakeStorage, StorageCall
 from tests.fakes.tpu_api import FakeTpuApi
+from tests.nginx_support import NGINX
 from tests.ports import free_port
 from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
 from tpuserve.paths import REPO_ROOT
@@ -146,6 +147,8 @@ class Node:
             "SPY_LOG": str(self.spy_log),
             "FAKE_VLLM_STEP": "0.01",
             "FAKE_VLLM_COMPILE": "0.05",
+            # The proxy container runs Debian's real nginx when it is installed.
+            **({"FAKE_DOCKER_NGINX": NGINX} if NGINX else {}),
             **fake_env,
         }
 
@@ -197,6 +200,20 @@ class Node:
             pid = json.loads(path.read_text()).get("pid", 0)
             if pid:
                 _kill_group(pid)
+
+    def reboot(self) -> None:
+        """Power off and on up to the boot script: processes die, the tmpfs under /run
+        empties (the disk stays), then dockerd starts and restarts the containers it was
+        told to (the fake's `__daemon_start__`: emulated from docker's documented behaviour,
+        not measured on a node)."""
+        self.stop()
+        for f in sorted((self.root / "run").rglob("*"), reverse=True):
+            if f.is_dir() and not f.is_symlink():
+                f.rmdir()
+            else:
+                f.unlink()
+        subprocess.run([str(self.bin / "docker"), "__daemon_start__"], env=self.env,
+                       check=True, timeout=30)
 
     # -- the watcher (boot_helper.py watch): a detached process group under TPUSERVE_ROOT
     @property
