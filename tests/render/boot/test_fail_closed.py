@@ -10,14 +10,13 @@ import time
 
 import pytest
 
-from tests.render.boot.support import Cloud, Node, wait_for
+from tests.render.boot.support import ROOMY, Cloud, Node, wait_for
 from tpuserve.render.boot_script import render_startup
 
 KEY = "startup-script"
 PROXY = "tpuserve-proxy"
-# The retries of a re-run fit in one readiness budget (2400 s; 2.4 s at the usual 0.001) and
-# each boot on the fakes takes about a real second: at 0.01 the budget is 24 s.
-SCALE = {"TPUSERVE_TIME_SCALE": "0.01"}
+# The retries of a re-run fit in one readiness budget: room for several boots.
+SCALE = ROOMY
 
 
 def _reconverge(cloud: Cloud, since: float = 0) -> list[str]:
