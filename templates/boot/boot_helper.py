@@ -12,6 +12,7 @@ values. Double quotes only: the rendered script then holds it without any quote 
                            (created with the umask of the caller)
   key-rule RAW DEST        the nginx rule marking a request that carries exactly
                            "Authorization: Bearer <key>", from the raw key file RAW
+  key-header RAW DEST      that header line, 0600, for curl -H @DEST (probes of the proxy by the boot)
   md5 FILE                 base64 MD5 of FILE, as Cloud Storage reports it in x-goog-hash
   generation FILE          the "generation" of an object resource, as an integer
   watch ARGS...            the watcher: re-runs the startup-script when its content changes in
@@ -69,6 +70,16 @@ def key_rule(raw: str, dest: str) -> None:
         out.write(KEY_RULE % key)
 
 
+def key_header(raw: str, dest: str) -> None:
+    """The header line "Authorization: Bearer <key>" (for curl -H @DEST), written 0600: the
+    probes of the proxy with a key by the boot, which never pass through argv."""
+    with open(raw, "rb") as f:
+        key = f.read().strip().decode("ascii", "replace")
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"Authorization: Bearer {key}\n")
+
+
 def md5(path: str) -> None:
     h = hashlib.md5()
     with open(path, "rb") as f:
@@ -99,6 +110,9 @@ RETRIES = 3  # a script that did not reach readiness is run again at most this m
 RETRY_S = 30  # before the first retry; doubling (30, 60, 120 s), within the readiness budget
 DEFAULT_READY_S = 1800  # a boot that did not write RUN_DIR/ready_timeout (an older script)
 RECORD_MAX_S = 180  # one guest-attribute write through the recorder, its throttle included
+KEY_REFRESH_S = 300  # the latest version of the API-key secret is read again at most this often
+REFRESH_MAX_S = 600  # one run of the key refresher (its reads and the reload are bounded)
+REFRESHER = "refresh_key.sh"  # in STATE_DIR, written by a boot that started the proxy
 ETAG_RE = r"[A-Za-z0-9_.:+/=-]{1,128}"
 
 
@@ -285,6 +299,26 @@ class Watcher:
             delay *= 2
         return ["failed", "sha256=" + sha, why]
 
+    def refresh_key(self) -> None:
+        """Run the key refresher (STATE_DIR/refresh_key.sh, written by the last boot that
+        started or kept the API-key proxy): it reads the latest version of the secret and,
+        when the key changed, rewrites the rule of the proxy in place and reloads nginx (no
+        restart), or shuts every key out when no enabled version is left. Best effort: it
+        logs and records (guest attribute secret) itself; skipped while a boot runs (that
+        boot reads the key)."""
+        path = os.path.join(self.state_dir, REFRESHER)
+        if not os.path.isfile(path):
+            return
+        try:
+            rc = subprocess.run(["bash", path], stdin=subprocess.DEVNULL,
+                                timeout=max(30.0, self.s(REFRESH_MAX_S)),
+                                check=False).returncode
+        except (OSError, subprocess.SubprocessError) as e:
+            self.log(f"key refresh: {e}")
+            return
+        if rc != 0:
+            self.log(f"key refresh: exit {rc}")
+
     def run(self) -> None:
         lock = open(os.path.join(self.run_dir, "watch.lock"), "a")  # noqa: SIM115 (held for life)
         try:
@@ -296,10 +330,17 @@ class Watcher:
         current = self.booted_sha()
         self.log(f"watching the startup-script (booted sha256={current or None})")
         etag, backoff, last_start, announced = "0", BACKOFF_S[0], 0.0, False
+        next_refresh = time.monotonic() + self.s(KEY_REFRESH_S)
         while True:
             gap = last_start + self.s(MIN_POLL_GAP_S) - time.monotonic()
             if gap > 0:
                 time.sleep(gap)
+            if time.monotonic() >= next_refresh:
+                self.refresh_key()
+                next_refresh = time.monotonic() + self.s(KEY_REFRESH_S)
+            # A long poll ends by the next key refresh: a revoked key waits for no poll.
+            self.timeout_sec = max(1, min(round(POLL_TIMEOUT_S * self.scale),
+                                          int(next_refresh - time.monotonic()) + 1))
             last_start = time.monotonic()
             try:
                 script, etag = self.poll(etag)
@@ -336,6 +377,7 @@ COMMANDS = {
     "error-status": error_status,
     "secret-payload": secret_payload,
     "key-rule": key_rule,
+    "key-header": key_header,
     "md5": md5,
     "generation": generation,
     "watch": watch,

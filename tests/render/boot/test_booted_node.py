@@ -100,7 +100,8 @@ def test_the_guest_attributes_tell_the_whole_story(booted: Booted) -> None:
     assert [k for k, _ in story] == BOOT_STORY
     values = dict(story)
     assert [v for k, v in story if k == "state"] == ["booting", "ready"]
-    assert values["secret"] == "fetched"
+    key_sha = hashlib.sha256(booted.cloud.api_key.encode()).hexdigest()[:12]
+    assert values["secret"] == f"fetched api_key_sha256={key_sha}"
     assert values["image"] == \
         f"pulled vllm/vllm-tpu:nightly nginx:1.27.3-alpine digest={booted.old_digest}"
     assert values["container"] == "started"
