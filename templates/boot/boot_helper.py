@@ -12,7 +12,7 @@ values. Double quotes only: the rendered script then holds it without any quote 
                            (created with the umask of the caller)
   key-rule RAW DEST        the nginx rule marking a request that carries exactly
                            "Authorization: Bearer <key>", from the raw key file RAW
-  key-header RAW DEST      that header line, 0600, for curl -H @DEST (probes of the proxy by the boot)
+  key-header RAW DEST      that header line, 0600, for curl -H @DEST (probes of the proxy)
   md5 FILE                 base64 MD5 of FILE, as Cloud Storage reports it in x-goog-hash
   generation FILE          the "generation" of an object resource, as an integer
   watch ARGS...            the watcher: re-runs the startup-script when its content changes in
