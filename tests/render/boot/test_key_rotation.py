@@ -11,6 +11,14 @@ import os
 import time
 
 from tests.render.boot.support import ROOMY, Cloud, Node, _get, _tls, wait_for
+from tpuserve.gcp.secret_versions import (
+    add_version,
+    disable_version,
+    enabled_versions,
+    secretmanager,
+)
+from tpuserve.gcp.tpu.nodes import NodeView
+from tpuserve.ops.key_rotation import generate_key, key_prefix, wait_for_prefix
 
 KEY = "startup-script"
 PROXY = "tpuserve-proxy"
@@ -83,3 +91,43 @@ def test_a_secret_manager_outage_keeps_the_key_in_use(cloud: Cloud) -> None:
     time.sleep(0.5)
     assert _get(port, "/v1/models", cloud.api_key, tls=tls) == 200
     assert node.attrs()["secret"] == f"fetched api_key_sha256={_prefix(cloud.api_key)}"
+
+
+class _NodeAttrs:
+    """rotate-key's view of the node (a TpuSource): READY, its guest attributes those the
+    booted node wrote to the fake metadata server."""
+
+    def __init__(self, cloud: Cloud) -> None:
+        self.cloud = cloud
+
+    def get_node(self, d: object) -> NodeView:
+        return NodeView("n", "READY", "HEALTHY", "127.0.0.1", None, "v6e-8", True)
+
+    def guest_attributes(self, d: object, namespace: str) -> dict[str, str]:
+        return self.cloud.metadata.namespace(namespace)
+
+    def get_queued_resource(self, ref: object) -> None:
+        return None
+
+
+def test_rotate_key_adds_a_version_and_waits_for_the_real_node_to_report_it(
+    cloud: Cloud,
+) -> None:
+    node = _booted(cloud)
+    d, port, tls = cloud.deployment, cloud.public_port, _tls(node)
+    old = cloud.api_key
+    api = secretmanager(environ={"CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER":
+                                 cloud.secrets.endpoint,
+                                 "CLOUDSDK_AUTH_ACCESS_TOKEN": cloud.access_token})
+    before = enabled_versions(api, d.gcp.project, d.api_key_secret_id)
+    key = generate_key()
+    version = add_version(api, d.gcp.project, d.api_key_secret_id, key)
+    _, reported = wait_for_prefix(d, tpu=_NodeAttrs(cloud), prefix=key_prefix(key),
+                                  timeout_s=60, poll_s=0.05)
+    assert reported == f"reloaded api_key_sha256={key_prefix(key)}"
+    assert version.endswith("/versions/2") and before[0].endswith("/versions/1")
+    assert _get(port, "/v1/models", key.decode(), tls=tls) == 200
+    assert _get(port, "/v1/models", old, tls=tls) == 401
+    disable_version(api, before[0])
+    assert [v.state for v in cloud.secrets.secrets[d.api_key_secret_id]] == [
+        "DISABLED", "ENABLED"]
