@@ -39,7 +39,8 @@ def rotate_key(
     if d.is_fleet:
         raise OpsError(f"{stack}: rotate-key serves the node stacks; the fleet's pods read the "
                        "key through the Secret Manager CSI driver, whose rotation this "
-                       "deployment does not enable (README 'Secrets')", exit_code=EXIT_USAGE)
+                       "deployment does not enable: roll the pods after a rotation "
+                       "(README 'Secrets')", exit_code=EXIT_USAGE)
     if not d.access.api_key_proxy:
         raise OpsError(f"{stack}: access.api_key_proxy = false: the stack has no API key",
                        exit_code=EXIT_USAGE)
