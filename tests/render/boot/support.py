@@ -49,8 +49,8 @@ NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
 CREATE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z, the node's createTime in the fake TPU API
 # Phases a full boot records, in order.
 BOOT_STORY = [
-    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "metrics",
-    "memory", "kv_cache", "startup_complete", "health", "bypass_check", "state", "cache_publish",
+    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "bypass_check",
+    "metrics", "memory", "kv_cache", "startup_complete", "health", "state", "cache_publish",
 ]
 IMAGE = "vllm/vllm-tpu:nightly"  # config/default.toml's vllm.image: a mutable tag
 EXTERNAL_IP = "34.1.2.3"  # the booted node's access config, in its certificate
