@@ -61,15 +61,26 @@ def test_a_proxy_that_answers_without_the_key_on_a_first_boot_is_stopped(cloud: 
     (node.docker_state / "nginx_open").touch()  # an nginx that lost its key rule
     node.run(expect_rc=1)
     state = node.attrs()["state"]
-    # Checked as soon as the proxy answers, before vLLM is up: the open proxy's 502 (vLLM not
-    # there yet) is not the 401 of a proxy that requires the key.
+    # Checked as soon as the proxy answers, before readiness: the open proxy's 502 (vLLM not
+    # up yet) or 200 (up already: the fake starts in a moment) is not a proxy's 401.
     assert re.fullmatch(
         r"failed the proxy does not require the API key \(GET /v1/models without a key: HTTP "
-        rf"502\); proxy stopped: port {cloud.public_port} closed", state), state
-    assert "health" not in node.attrs()  # removed before vLLM was ever reached through it
+        rf"(502|200)\); proxy stopped: port {cloud.public_port} closed", state), state
+    assert "health" not in node.attrs()  # removed before the boot's readiness
     assert not (node.docker_state / f"containers/{PROXY}.json").exists()
     assert _port_closed(cloud.public_port)
     assert "bypass_check" not in node.attrs()
+
+
+def test_a_proxy_that_takes_any_key_is_stopped(cloud: Cloud) -> None:
+    node = cloud.node(**SCALE)
+    (node.docker_state / "nginx_any_key").touch()  # a rule that checks only "Bearer "
+    node.run(expect_rc=1)
+    assert re.fullmatch(
+        r"failed the proxy takes a wrong API key \(GET /v1/models with a wrong key: HTTP "
+        rf"(502|200)\); proxy stopped: port {cloud.public_port} closed", node.attrs()["state"])
+    assert _port_closed(cloud.public_port)
+    assert not list((node.root / "run/tpuserve/secrets").glob(".wrong-key*"))
 
 
 def test_a_proxy_that_answers_without_the_key_on_a_watcher_rerun_is_stopped(
