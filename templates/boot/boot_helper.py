@@ -12,6 +12,7 @@ values. Double quotes only: the rendered script then holds it without any quote 
                            (created with the umask of the caller)
   key-rule RAW DEST        the nginx rule marking a request that carries exactly
                            "Authorization: Bearer <key>", from the raw key file RAW
+  key-header RAW DEST      that header line, 0600, for curl -H @DEST (probes of the proxy)
   md5 FILE                 base64 MD5 of FILE, as Cloud Storage reports it in x-goog-hash
   generation FILE          the "generation" of an object resource, as an integer
   watch ARGS...            the watcher: re-runs the startup-script when its content changes in
@@ -72,6 +73,16 @@ def key_rule(raw: str, dest: str) -> None:
         out.write(KEY_RULE % key)
 
 
+def key_header(raw: str, dest: str) -> None:
+    """The header line "Authorization: Bearer <key>" (for curl -H @DEST), written 0600: the
+    probes of the proxy with a key by the boot, which never pass through argv."""
+    with open(raw, "rb") as f:
+        key = f.read().strip().decode("ascii", "replace")
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"Authorization: Bearer {key}\n")
+
+
 def md5(path: str) -> None:
     h = hashlib.md5()
     with open(path, "rb") as f:
@@ -98,7 +109,13 @@ POLL_GRACE_S = 10  # the whole poll ends this long after timeout_sec (real secon
 MIN_POLL_GAP_S = 5  # between the starts of two polls, whatever the answers: never spins
 BACKOFF_S = (1, 60)  # after a failed poll: 1 s, doubling to 60 s
 APPLY_MAX_S = 4 * 3600  # the budgets of a boot (pull, readiness) end it long before
+RETRIES = 3  # a script that did not reach readiness is run again at most this many times
+RETRY_S = 30  # before the first retry; doubling (30, 60, 120 s), within the readiness budget
+DEFAULT_READY_S = 1800  # a boot that did not write RUN_DIR/ready_timeout (an older script)
 RECORD_MAX_S = 180  # one guest-attribute write through the recorder, its throttle included
+KEY_REFRESH_S = 300  # the latest version of the API-key secret is read again at most this often
+REFRESH_MAX_S = 600  # one run of the key refresher (its reads and the reload are bounded)
+REFRESHER = "refresh_key.sh"  # in STATE_DIR, written by a boot that started the proxy
 ETAG_RE = r"[A-Za-z0-9_.:+/=-]{1,128}"
 
 
@@ -168,10 +185,16 @@ class Watcher:
     again is nothing to do) is written to STATE_DIR/reconverge/startup-script.sh and run with
     bash in the environment of the watcher (that of the runner, or of its unit: see
     start_watcher), once no boot runs (the boot lock). Its guest attribute `reconverge`,
-    written through the recorder (it runs ga, the boot function): watching etag=E (started, first
-    answer) | changed sha256=HEX etag=E | applied sha256=HEX | failed <why>. The end of a boot
-    (RUN_DIR/boot.result: "<sha256 of its script> ready | failed <why>") says whether the
-    script applied; the first baseline is the script the last boot ran.
+    written through the recorder (it runs ga, the boot function), one of exactly:
+      watching etag=E                      started (E: the first ETag seen)
+      changed sha256=HEX etag=E            a new script, about to run
+      retrying sha256=HEX attempt=N/4 in=Ss WHY   it did not reach readiness; run again in S s
+      applied sha256=HEX                   its boot reached readiness (final)
+      failed sha256=HEX WHY                final until the next change: not ready after its
+                                           retries, or not run (HEX "none": over 256 KiB)
+    The end of a boot (RUN_DIR/boot.result: "<sha256 of its script> ready | failed <why>")
+    says whether the script applied; the first baseline is the script the last boot ran.
+    tpuserve/ops/reconverge.py parses these words (`tpuserve status --json`).
     """
 
     def __init__(self, argv: list[str]) -> None:
@@ -240,29 +263,35 @@ class Watcher:
                         return False
                     time.sleep(max(0.01, self.s(1)))
 
-    def apply(self, script: bytes, sha: str) -> list[str]:
-        """Run SCRIPT as the runner would; the words of its outcome."""
-        folder = os.path.join(self.state_dir, "reconverge")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        path = os.path.join(folder, "startup-script.sh")
-        with open(path + ".new", "wb") as f:
-            f.write(script)
-        os.chmod(path + ".new", 0o700)
-        os.replace(path + ".new", path)
+    def ready_budget(self) -> float:
+        """The readiness budget of the last boot (RUN_DIR/ready_timeout, its READY_TIMEOUT in
+        seconds), scaled: the bound of the retries of one script."""
+        try:
+            with open(os.path.join(self.run_dir, "ready_timeout")) as f:
+                budget = int(f.read(20).strip())
+        except (OSError, ValueError):
+            budget = DEFAULT_READY_S
+        return self.s(max(1, min(budget, APPLY_MAX_S)))
+
+    def run_once(self, path: str, sha: str) -> tuple[str, str, bool]:
+        """Run the script at PATH once, as the runner would: ("applied" | "failed", why,
+        worth a retry). Applied only when the boot of exactly this script said it ended ready
+        (boot.result): an exit 0 proves nothing (a truncated script ends 0 before readiness).
+        """
         result_file = os.path.join(self.run_dir, "boot.result")
         limit = max(60.0, self.s(APPLY_MAX_S))
         for _attempt in range(3):
             if not self.wait_boot_lock():
-                return ["failed", "another boot kept the boot lock; not run"]
+                return "failed", "another boot kept the boot lock; not run", False
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(result_file)
             try:
                 rc = subprocess.run(["bash", path], stdin=subprocess.DEVNULL, timeout=limit,
                                     check=False).returncode
             except subprocess.TimeoutExpired:  # bash is killed; what it ran ends on its own
-                return ["failed", f"the script ran over {limit:.0f} s: stopped"]
+                return "failed", f"the script ran over {limit:.0f} s: stopped", False
             except OSError as e:
-                return ["failed", f"could not run bash: {e}"]
+                return "failed", f"could not run bash: {e}", True
             try:
                 with open(result_file) as f:
                     ran, _, outcome = f.readline().strip().partition(" ")
@@ -272,14 +301,64 @@ class Watcher:
                 break
             # Another boot (a manual run) took the lock first: this one found it and skipped.
             self.log(f"a boot of another script (sha256={ran}) ran first; again")
-        if ran == sha and outcome == "ready":
-            return ["applied", "sha256=" + sha]
-        if ran == sha and outcome:
-            word, _, why = outcome.partition(" ")
-            return [word, why[:300]]
-        if rc == 0:  # an older script, which says nothing of its end
-            return ["applied", "sha256=" + sha, "(exit 0; the script wrote no result)"]
-        return ["failed", f"exit {rc}"]
+        if ran == sha and outcome == "ready" and rc == 0:
+            return "applied", "", False
+        if ran == sha and outcome.startswith("failed "):
+            return "failed", outcome[len("failed "):][:300], True
+        if rc == 0:
+            return "failed", "the script ended (exit 0) without reaching readiness", True
+        return "failed", f"exit {rc}", True
+
+    def apply(self, script: bytes, sha: str) -> list[str]:
+        """Run SCRIPT as the runner would, retried with backoff (RETRY_S, doubling) at most
+        RETRIES times while the retries start within the readiness budget; the words of its
+        final outcome: applied sha256=HEX | failed sha256=HEX <why>. Each retry is recorded
+        first: retrying sha256=HEX attempt=N/M in=Ss <why>."""
+        folder = os.path.join(self.state_dir, "reconverge")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, "startup-script.sh")
+        with open(path + ".new", "wb") as f:
+            f.write(script)
+        os.chmod(path + ".new", 0o700)
+        os.replace(path + ".new", path)
+        deadline, delay, attempts = None, RETRY_S, RETRIES + 1
+        for attempt in range(1, attempts + 1):
+            word, why, again = self.run_once(path, sha)
+            if word == "applied":
+                return ["applied", "sha256=" + sha]
+            if deadline is None:  # the retries of one script fit in one readiness budget
+                deadline = time.monotonic() + self.ready_budget()
+            if not again or attempt == attempts:
+                break
+            wait = self.s(delay)
+            if time.monotonic() + wait > deadline:
+                why += " (no retry: the readiness budget is spent)"
+                break
+            self.record("retrying", "sha256=" + sha, f"attempt={attempt + 1}/{attempts}",
+                        f"in={delay}s", why)
+            time.sleep(wait)
+            delay *= 2
+        return ["failed", "sha256=" + sha, why]
+
+    def refresh_key(self) -> None:
+        """Run the key refresher (STATE_DIR/refresh_key.sh, written by the last boot that
+        started or kept the API-key proxy): it reads the latest version of the secret and,
+        when the key changed, rewrites the rule of the proxy in place and reloads nginx (no
+        restart), or shuts every key out when no enabled version is left. Best effort: it
+        logs and records (guest attribute secret) itself; skipped while a boot runs (that
+        boot reads the key)."""
+        path = os.path.join(self.state_dir, REFRESHER)
+        if not os.path.isfile(path):
+            return
+        try:
+            rc = subprocess.run(["bash", path], stdin=subprocess.DEVNULL,
+                                timeout=max(30.0, self.s(REFRESH_MAX_S)),
+                                check=False).returncode
+        except (OSError, subprocess.SubprocessError) as e:
+            self.log(f"key refresh: {e}")
+            return
+        if rc != 0:
+            self.log(f"key refresh: exit {rc}")
 
     def run(self) -> None:
         lock = open(os.path.join(self.run_dir, "watch.lock"), "a")  # noqa: SIM115 (held for life)
@@ -292,10 +371,17 @@ class Watcher:
         current = self.booted_sha()
         self.log(f"watching the startup-script (booted sha256={current or None})")
         etag, backoff, last_start, announced = "0", BACKOFF_S[0], 0.0, False
+        next_refresh = time.monotonic() + self.s(KEY_REFRESH_S)
         while True:
             gap = last_start + self.s(MIN_POLL_GAP_S) - time.monotonic()
             if gap > 0:
                 time.sleep(gap)
+            if time.monotonic() >= next_refresh:
+                self.refresh_key()
+                next_refresh = time.monotonic() + self.s(KEY_REFRESH_S)
+            # A long poll ends by the next key refresh: a revoked key waits for no poll.
+            self.timeout_sec = max(1, min(round(POLL_TIMEOUT_S * self.scale),
+                                          int(next_refresh - time.monotonic()) + 1))
             last_start = time.monotonic()
             try:
                 script, etag = self.poll(etag)
@@ -307,7 +393,7 @@ class Watcher:
             backoff = BACKOFF_S[0]
             if script is None:  # not run; its ETag is kept: the next poll waits for a change
                 too_big = f"metadata: startup-script over {MAX_SCRIPT_BYTES} bytes: not run"
-                words = ["failed", too_big]
+                words = ["failed", "sha256=none", too_big]
                 if self.last_words != words:
                     self.record(*words)
                 continue
@@ -332,6 +418,7 @@ COMMANDS = {
     "error-status": error_status,
     "secret-payload": secret_payload,
     "key-rule": key_rule,
+    "key-header": key_header,
     "md5": md5,
     "generation": generation,
     "watch": watch,

@@ -11,6 +11,16 @@ answers the Secret resource {"name": "projects/<number>/secrets/SECRET", "replic
 403 PERMISSION_DENIED for another project or a permission in `denied`
 (e.g. {"secretmanager.secrets.get"}: the caller lacks it). Point code at it with
 `CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER=<fake.endpoint>`.
+
+Writes, as the v1 discovery document (secretmanager.v1.json) shapes them:
+  POST /v1/projects/PROJECT/secrets/SECRET:addVersion        {"payload": {"data": base64,
+       "dataCrc32c"?: "<int64>"}} (nothing else; data at most 64 KiB; a checksum that does not
+       match is 400 INVALID_ARGUMENT) -> the SecretVersion {name, createTime, state, etag,
+       replicationStatus, clientSpecifiedPayloadChecksum}
+  POST /v1/projects/PROJECT/secrets/SECRET/versions/N:disable {} or {"etag": E} -> SecretVersion
+  GET  /v1/projects/PROJECT/secrets/SECRET/versions[?filter=state:ENABLED|state:DISABLED
+       &pageSize=N] -> {"versions": [newest first], "totalSize"} (other filters: 400)
+Every request is in `requests` as (method, path, status).
 """
 
 from __future__ import annotations
@@ -31,12 +41,17 @@ from .storage import crc32c
 PROJECT_NUMBER = "123456789012"
 _ACCESS = re.compile(r"/v1/projects/([^/]+)/secrets/([^/]+)/versions/([^/:]+):access")
 _SECRET = re.compile(r"/v1/projects/([^/]+)/secrets/([^/:]+)")
+_ADD = re.compile(r"/v1/projects/([^/]+)/secrets/([^/:]+):addVersion")
+_DISABLE = re.compile(r"/v1/projects/([^/]+)/secrets/([^/:]+)/versions/([^/:]+):disable")
+_LIST = re.compile(r"/v1/projects/([^/]+)/secrets/([^/:]+)/versions")
+MAX_PAYLOAD = 64 * 1024
 
 
 @dataclass
 class SecretVersion:
     data: bytes
     state: str = "ENABLED"  # ENABLED, DISABLED or DESTROYED
+    checksummed: bool = False  # added with a dataCrc32c
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class FakeSecretManager:
         self.access_token = access_token
         self.secrets: dict[str, list[SecretVersion]] = {}
         self.calls: list[AccessCall] = []
+        self.requests: list[tuple[str, str, int]] = []  # (method, path, status) of every one
         self.outage = False
         self.denied: set[str] = set()  # permissions the caller lacks (secretmanager.secrets.get)
         self.faults = FaultQueue()  # front-end pages, dropped connections (see fail_next)
@@ -122,6 +138,114 @@ class FakeSecretManager:
             return [c for c in self.calls if c.secret == secret]
 
     def _handle(self, request: Request) -> Response:
+        response = self._write(request)
+        if response is None:
+            response = self._read(request)
+        with self._lock:
+            self.requests.append((request.method, request.path, response.status_code))
+        return response
+
+    def _write(self, request: Request) -> Response | None:
+        """addVersion, versions.disable and versions.list; None for any other path."""
+        for pattern, method, handler in ((_ADD, "POST", self._add), (_DISABLE, "POST",
+                                          self._disable), (_LIST, "GET", self._list)):
+            m = pattern.fullmatch(request.path)
+            if m is None:
+                continue
+            if request.method != method:
+                return _error(404, "NOT_FOUND", "Method not found.")
+            denied = self._deny(request, m[1], m[2])
+            return denied if denied is not None else handler(request, m)
+        return None
+
+    def _deny(self, request: Request, project: str, secret: str) -> Response | None:
+        if request.headers.get("Authorization") != f"Bearer {self.access_token}":
+            return _error(401, "UNAUTHENTICATED", "Request had invalid authentication "
+                          "credentials. Expected OAuth 2 access token, login cookie or other "
+                          "valid authentication credential.")
+        if self.outage:
+            return _error(503, "UNAVAILABLE", "The service is currently unavailable.")
+        if project not in (self.project, PROJECT_NUMBER):
+            return _error(403, "PERMISSION_DENIED", "Permission denied on resource "
+                          f"'projects/{project}/secrets/{secret}' (or it may not exist).")
+        with self._lock:
+            exists = secret in self.secrets
+        if not exists:
+            return _error(404, "NOT_FOUND",
+                          f"Secret [projects/{PROJECT_NUMBER}/secrets/{secret}] not found.")
+        return None
+
+    def _version_doc(self, secret: str, number: int) -> dict[str, object]:
+        v = self.secrets[secret][number - 1]
+        return {"name": f"projects/{PROJECT_NUMBER}/secrets/{secret}/versions/{number}",
+                "createTime": "2026-01-01T00:00:00.000000Z", "state": v.state,
+                "etag": f'"{number:x}{v.state[0].lower()}"',
+                "replicationStatus": {"automatic": {}},
+                "clientSpecifiedPayloadChecksum": v.checksummed}
+
+    def _add(self, request: Request, m: re.Match[str]) -> Response:
+        try:
+            body = json.loads(request.get_data(as_text=True) or "null")
+        except ValueError:
+            return _error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
+        if not isinstance(body, dict) or set(body) != {"payload"} or \
+                not isinstance(body["payload"], dict) or \
+                not set(body["payload"]) <= {"data", "dataCrc32c"} or \
+                not isinstance(body["payload"].get("data"), str):
+            return _error(400, "INVALID_ARGUMENT", "Invalid JSON payload received. Unknown "
+                          "name or missing payload.data.")
+        try:
+            data = base64.b64decode(body["payload"]["data"], validate=True)
+        except ValueError:
+            return _error(400, "INVALID_ARGUMENT", "Invalid value at 'payload.data' (TYPE_BYTES)")
+        if not data or len(data) > MAX_PAYLOAD:
+            return _error(400, "INVALID_ARGUMENT", "Secret payload data must be between 1 "
+                          f"byte and {MAX_PAYLOAD} bytes.")
+        crc = body["payload"].get("dataCrc32c")
+        if crc is not None and str(crc) != str(crc32c(data)):
+            return _error(400, "INVALID_ARGUMENT", "Checksum mismatch: the provided "
+                          "data_crc32c does not match the data.")
+        with self._lock:
+            versions = self.secrets[m[2]]
+            versions.append(SecretVersion(data, checksummed=crc is not None))
+            doc = self._version_doc(m[2], len(versions))
+        return Response(json.dumps(doc), 200, mimetype="application/json")
+
+    def _disable(self, request: Request, m: re.Match[str]) -> Response:
+        try:
+            body = json.loads(request.get_data(as_text=True) or "{}")
+        except ValueError:
+            return _error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
+        if not isinstance(body, dict) or not set(body) <= {"etag"}:
+            return _error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
+        with self._lock:
+            versions = self.secrets[m[2]]
+            number = int(m[3]) if m[3].isdigit() else 0
+            if not 1 <= number <= len(versions):
+                return _error(404, "NOT_FOUND", f"Secret Version [projects/{PROJECT_NUMBER}/"
+                              f"secrets/{m[2]}/versions/{m[3]}] not found.")
+            if versions[number - 1].state == "DESTROYED":
+                return _error(400, "FAILED_PRECONDITION", "Secret Version is in DESTROYED "
+                              "state.")
+            versions[number - 1].state = "DISABLED"
+            doc = self._version_doc(m[2], number)
+        return Response(json.dumps(doc), 200, mimetype="application/json")
+
+    def _list(self, request: Request, m: re.Match[str]) -> Response:
+        allowed = {"filter", "pageSize", "pageToken"}
+        if not set(request.args) <= allowed:
+            return _error(400, "INVALID_ARGUMENT", "Invalid query parameter.")
+        flt = request.args.get("filter", "")
+        if flt not in ("", "state:ENABLED", "state:DISABLED", "state:DESTROYED"):
+            return _error(400, "INVALID_ARGUMENT", f"Invalid filter: {flt}")
+        with self._lock:
+            docs = [self._version_doc(m[2], n) for n in range(len(self.secrets[m[2]]), 0, -1)]
+        if flt:
+            docs = [d for d in docs if d["state"] == flt.split(":", 1)[1]]
+        return Response(json.dumps({"versions": docs, "totalSize": len(docs)} if docs else {}),
+                        200, mimetype="application/json")
+
+    def _read(self, request: Request) -> Response:
         m = _ACCESS.fullmatch(request.path)
         meta = None if m else _SECRET.fullmatch(request.path)
         response = self.faults.take(request)

@@ -281,18 +281,23 @@ def test_the_tls_port_serves_the_boot_certificate_and_no_plain_http(proxy: Proxy
 
 
 # ------------------------------------------------------------------ the boot's own self-check
-def test_the_boot_bypass_check_passes_against_the_real_nginx(proxy: Proxy) -> None:
-    """The boot script's bypass_check (its probes and expected codes) run as the boot runs it,
-    with curl, against the real proxy: it must pass, and nothing may reach the upstream."""
+def test_the_boot_bypass_check_passes_against_the_real_nginx(proxy: Proxy,
+                                                             tmp_path: Path) -> None:
+    """The boot script's bypass_check (its probes and expected codes, a wrong key among them)
+    run as the boot runs it, with curl, against the real proxy: it must pass, and nothing may
+    reach the upstream."""
     script = render_startup(load(environ={}).deployments["spot"])
     probes = re.search(r"^BYPASS_PROBES=\(\n.*?^\)\n", script, re.MULTILINE | re.DOTALL)
     assert probes
     base = f"{'https' if proxy.tls else 'http'}://127.0.0.1:{proxy.port}"
     tls_args = f"--cacert {proxy.cert_pem}" if proxy.cert_pem else ""
     code = ("set -euo pipefail\ntmo() { echo 5; }\nphase() { echo \"phase $*\"; }\n"
-            "fail() { echo \"FAILED: $*\"; exit 1; }\n"
+            "close_port() { echo \"FAILED: $*\"; exit 1; }\n"
+            f"SECRETS_DIR={shlex.quote(str(tmp_path))}\n"
+            f"HELPER={shlex.quote(str(BOOT_HELPER))}\n"
             f"PROBE_BASE={base}\nPROBE_TLS=({tls_args})\n" + probes[0]
-            + boot_function(script, "bypass_check") + "bypass_check\n")
+            + boot_function(script, "key_code") + boot_function(script, "bypass_check")
+            + "bypass_check\n")
     before = len(proxy.upstream.recorder.seen)
     out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -289,8 +289,8 @@ def test_the_guest_attribute_keys_are_one_list() -> None:
     phases are those keys (less state and tls, and config and reconverge, which
     ops/served_config.py reads) with the off-node guard's after boot."""
     assert [k for k, _ in boot_phases.PHASES] == [
-        "boot", "guard", "secret", "image", "cache", "container", "metrics", "memory",
-        "kv_cache", "startup_complete", "health", "bypass_check", "cache_publish"]
+        "boot", "guard", "secret", "image", "cache", "container", "bypass_check", "metrics",
+        "memory", "kv_cache", "startup_complete", "health", "cache_publish"]
     not_phases = {"state", "tls", "config", "reconverge"}
     assert {k for k, _ in boot_phases.PHASES} == set(GUEST_ATTRIBUTE_KEYS) - not_phases | {
         "guard"}

@@ -46,6 +46,8 @@ COMMANDS: dict[str, _Entry] = {
     "bench": _Entry("bench", "Aggregate output tok/s, median and p90 TTFT, per-stream tok/s, "
                     "TPOT and their cv across repetitions, per context x clients; $/M output "
                     "tokens per provisioning model."),
+    "rotate-key": _Entry("rotate_key", "Add a new version of the stack's API-key secret "
+                         "(Secret Manager) and wait until the node's proxy reports it"),
     "recover": _Entry("recover", "Delete what is dead and re-run `npx cdktf deploy STACK "
                       "--auto-approve`"),
     "plan": _Entry("plan", "HBM budget, KV cache, blocks, KV wall, decode floor and $/M output "

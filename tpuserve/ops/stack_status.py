@@ -25,6 +25,7 @@ from tpuserve.settings.base import parse_duration
 from . import server, tls
 from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time
 from .errors import OpsError
+from .reconverge import Reconverge, parse_reconverge
 from .served_config import ServedConfig, deployed_sha256, parse_served
 
 # Node states that end a node's life: only a new node (a redeploy) brings the server back.
@@ -61,6 +62,8 @@ class StackStatus:
     now: dt.datetime
     # Which config the running server uses, beside the deployed one (None: not asked).
     served: ServedConfig | None = None
+    # The node watcher's last word (ops/reconverge.py); None: it recorded none, or not read.
+    reconverge: Reconverge | None = None
 
     @property
     def is_flex(self) -> bool:
@@ -198,6 +201,7 @@ class StackStatus:
             "recoverable": self.recoverable,
             "problems": self.problems,
             "config": (self.served or ServedConfig(deployed_sha256(self.d))).to_json(),
+            "reconverge": self.reconverge.to_json() if self.reconverge else None,
             "dashboard_url": dashboard_url(self.d.gcp.project, self.d.gcp.deployment),
         }
 
@@ -249,4 +253,5 @@ def stack_status(
             health_ok, detail = server.health(http, target)
     served = parse_served(attrs, deployed_sha256(d),
                           booting=boot.state in ("booting", "waiting", "unknown"))
-    return StackStatus(d, node, qr, boot, health_ok, detail, now(), served)
+    return StackStatus(d, node, qr, boot, health_ok, detail, now(), served,
+                       parse_reconverge(attrs))

@@ -12,8 +12,8 @@ from collections.abc import Callable
 # renderer and its tests, and the CLI's reader (ops/boot_phases.py), take it from here.
 # `reconverge` is the watcher's (the script re-run in place when metadata changes), not a boot's.
 GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
-    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "metrics",
-    "memory", "kv_cache", "startup_complete", "health", "bypass_check", "cache_publish",
+    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "bypass_check",
+    "metrics", "memory", "kv_cache", "startup_complete", "health", "cache_publish",
     "reconverge",
 )
 

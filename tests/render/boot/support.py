@@ -36,6 +36,7 @@ from tests.fakes.metadata import FakeMetadata, GuestWrite
 from tests.fakes.secretmanager import FakeSecretManager
 from tests.fakes.storage import FakeStorage, StorageCall
 from tests.fakes.tpu_api import FakeTpuApi
+from tests.nginx_support import NGINX
 from tests.ports import free_port
 from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
 from tpuserve.paths import REPO_ROOT
@@ -48,8 +49,8 @@ NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
 CREATE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z, the node's createTime in the fake TPU API
 # Phases a full boot records, in order.
 BOOT_STORY = [
-    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "metrics",
-    "memory", "kv_cache", "startup_complete", "health", "bypass_check", "state", "cache_publish",
+    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "bypass_check",
+    "metrics", "memory", "kv_cache", "startup_complete", "health", "state", "cache_publish",
 ]
 IMAGE = "vllm/vllm-tpu:nightly"  # config/default.toml's vllm.image: a mutable tag
 EXTERNAL_IP = "34.1.2.3"  # the booted node's access config, in its certificate
@@ -57,6 +58,9 @@ STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 # Retry budgets are minutes (a 900 s pull budget is 0.9 s at the default test scale) and every
 # attempt costs a process: where calls fail for good, the run goes at a fifth of it.
 FAST = {"TPUSERVE_TIME_SCALE": "0.0002"}
+# Where a test needs the readiness budget (2400 s: 2.4 s at 0.001) to outlast a few boots on a
+# loaded machine (a fake boot takes about a real second, more under load): 24 s.
+ROOMY = {"TPUSERVE_TIME_SCALE": "0.01"}
 
 
 
@@ -146,6 +150,8 @@ class Node:
             "SPY_LOG": str(self.spy_log),
             "FAKE_VLLM_STEP": "0.01",
             "FAKE_VLLM_COMPILE": "0.05",
+            # The proxy container runs Debian's real nginx when it is installed.
+            **({"FAKE_DOCKER_NGINX": NGINX} if NGINX else {}),
             **fake_env,
         }
 
@@ -197,6 +203,20 @@ class Node:
             pid = json.loads(path.read_text()).get("pid", 0)
             if pid:
                 _kill_group(pid)
+
+    def reboot(self) -> None:
+        """Power off and on up to the boot script: processes die, the tmpfs under /run
+        empties (the disk stays), then dockerd starts and restarts the containers it was
+        told to (the fake's `__daemon_start__`: emulated from docker's documented behaviour,
+        not measured on a node)."""
+        self.stop()
+        for f in sorted((self.root / "run").rglob("*"), reverse=True):
+            if f.is_dir() and not f.is_symlink():
+                f.rmdir()
+            else:
+                f.unlink()
+        subprocess.run([str(self.bin / "docker"), "__daemon_start__"], env=self.env,
+                       check=True, timeout=30)
 
     # -- the watcher (boot_helper.py watch): a detached process group under TPUSERVE_ROOT
     @property

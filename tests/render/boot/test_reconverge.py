@@ -121,11 +121,15 @@ def test_a_failing_new_script_is_recorded_and_a_fixed_one_still_applies(cloud: C
     (node.docker_state / "pull_failures").write_text("100000")
     broken_at = time.time()
     cloud.metadata.set_attribute(KEY, broken)
-    wait_for(lambda: len(_reconverge(cloud, broken_at)) == 2, "the broken script's end",
-             timeout=60)
-    assert _reconverge(cloud, broken_at) == [
-        f"changed sha256={_sha(broken)} etag={cloud.metadata.etag(KEY)}",
-        "failed could not pull vllm/vllm-tpu:missing"]
+    wait_for(lambda: any(v.startswith("failed") for v in _reconverge(cloud, broken_at)),
+             "the broken script's end", timeout=60)
+    words = _reconverge(cloud, broken_at)
+    # Run again (a registry outage may end), at most 3 times within the readiness budget.
+    assert words[0] == f"changed sha256={_sha(broken)} etag={cloud.metadata.etag(KEY)}"
+    assert all(w.startswith(f"retrying sha256={_sha(broken)} attempt=") for w in words[1:-1])
+    assert 1 <= len(words[1:-1]) <= 3
+    assert words[-1].startswith(f"failed sha256={_sha(broken)} could not pull "
+                                "vllm/vllm-tpu:missing")
     assert node.attrs()["state"] == "failed could not pull vllm/vllm-tpu:missing"
     # The old server was left serving (a failed pull replaces nothing).
     assert node.container(VLLM)["pid"] == serving["pid"]
@@ -166,7 +170,7 @@ def test_a_failed_first_boot_leaves_a_watcher_and_refuses_an_oversized_script(
     wait_for(lambda: _reconverge(cloud, huge_at), "the refusal")
     time.sleep(0.5)
     assert _reconverge(cloud, huge_at) == [
-        "failed metadata: startup-script over 262144 bytes: not run"]
+        "failed sha256=none metadata: startup-script over 262144 bytes: not run"]
     # The answer's ETag is taken: the next poll holds (timeout_sec=1) rather than fetch again.
     # (The fake records a request when it ends.)
     etag = cloud.metadata.etag(KEY)
@@ -181,8 +185,10 @@ def test_a_failed_first_boot_leaves_a_watcher_and_refuses_an_oversized_script(
     # A script that is not a boot script at all: its exit status is the reason.
     odd_at = time.time()
     cloud.metadata.set_attribute(KEY, "#!/bin/bash\nexit 3\n")
-    wait_for(lambda: len(_reconverge(cloud, odd_at)) == 2, "the odd script's end")
-    assert _reconverge(cloud, odd_at)[1] == "failed exit 3"
+    wait_for(lambda: any(v.startswith("failed") for v in _reconverge(cloud, odd_at)),
+             "the odd script's end")
+    odd = "#!/bin/bash\nexit 3\n"
+    assert _reconverge(cloud, odd_at)[-1].startswith(f"failed sha256={_sha(odd)} exit 3")
 
     # The fix: pulls work again and the script is the config's (a setting changed).
     (node.docker_state / "pull_failures").write_text("0")
