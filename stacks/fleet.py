@@ -39,9 +39,6 @@ one at 128 KiB): its size is checked at synth.
 
 from __future__ import annotations
 
-import base64
-import gzip
-
 from tpuserve.gcp.fleet_check import MIN_MASTER_VERSION
 from tpuserve.gcp.kubectl import (
     ENV_BUNDLE_GZ,
@@ -100,7 +97,7 @@ from .cdk import (
 )
 from .foundation import VM_SCOPES
 from .literals import tf_ref
-from .local_exec import python_module, repo_root
+from .local_exec import base64gzip_chars, python_module, repo_root
 from .preflight import external_program, fleet_preflight
 from .serving import ServingStack
 
@@ -144,8 +141,8 @@ def pool_name(model: str) -> str:
 
 
 def bundle_gz_chars(bundle: str) -> int:
-    """About what Terraform's base64gzip makes of the bundle (Go's gzip, default level)."""
-    return len(base64.b64encode(gzip.compress(bundle.encode(), compresslevel=6)))
+    """About what Terraform's base64gzip makes of the bundle."""
+    return base64gzip_chars(bundle)
 
 
 class FleetStack(ServingStack):

@@ -29,7 +29,7 @@ import hashlib
 import json
 from typing import Any
 
-from tpuserve.gcp.provisioner import ENV_BODY, ENV_GENERATION, ENV_NAME
+from tpuserve.gcp.provisioner import ENV_BODY_GZ, ENV_GENERATION, ENV_NAME
 from tpuserve.render.queued_resource_body import (
     body_metadata,
     body_without_metadata,
@@ -39,14 +39,14 @@ from tpuserve.settings import Deployment
 
 from .cdk import Construct, DataResource, LocalExecProvisioner
 from .literals import tf_ref
-from .local_exec import python_module, repo_root
+from .local_exec import MAX_ENV_CHARS, base64gzip_chars, python_module, repo_root
 from .preflight import external_program
 from .serving import ServingStack
 
 CLIENT = python_module("tpuserve.queued_resource")
-# The body reaches the create step as one environment string; Linux caps one at 128 KiB
-# (MAX_ARG_STRLEN), and Terraform's jsonencode escapes <, > and & to six characters each.
-MAX_BODY_CHARS = 100_000
+# The body reaches the create and converge steps as one environment string, gzipped and
+# base64-coded (the boot script alone is over 100 KB of text; it compresses about 2.3x).
+MAX_BODY_GZ_CHARS = MAX_ENV_CHARS
 
 
 def _sha256(value: object) -> str:
@@ -69,12 +69,12 @@ class FlexStack(ServingStack):
         d = deployment
         root = repo_root()
         body = build_body(d, self.startup_script)
-        size = len(json.dumps(body))
-        if size > MAX_BODY_CHARS:
+        size = base64gzip_chars(json.dumps(body))
+        if size > MAX_BODY_GZ_CHARS:
             raise ValueError(
-                f"the flex queued-resource body is {size:,} characters: at most "
-                f"{MAX_BODY_CHARS:,} fit the create step's environment (Linux caps one "
-                "variable at 128 KiB); shorten the boot script (templates/boot/)"
+                f"the flex queued-resource body is {size:,} characters gzipped and "
+                f"base64-coded: at most {MAX_BODY_GZ_CHARS:,} fit the create step's environment "
+                "(Linux caps one variable at 128 KiB); shorten the boot script (templates/boot/)"
             )
 
         probe = external_program(self, "qr_probe", f"{CLIENT} probe",
@@ -95,7 +95,7 @@ class FlexStack(ServingStack):
                     # The body holds no secret: the startup script fetches them at boot.
                     environment={
                         ENV_NAME: tf_ref("self.input.name"),
-                        ENV_BODY: tf_ref("jsonencode(self.input.body)"),
+                        ENV_BODY_GZ: tf_ref("base64gzip(jsonencode(self.input.body))"),
                         ENV_GENERATION: tf_ref("self.triggers_replace.generation"),
                     },
                 ),
@@ -120,7 +120,7 @@ class FlexStack(ServingStack):
                 type="local-exec", command=f"{CLIENT} converge", working_dir=root,
                 environment={
                     ENV_NAME: tf_ref("self.input.name"),
-                    ENV_BODY: tf_ref("jsonencode(self.input.body)"),
+                    ENV_BODY_GZ: tf_ref("base64gzip(jsonencode(self.input.body))"),
                     ENV_GENERATION: tf_ref("self.input.generation"),
                 },
             )],

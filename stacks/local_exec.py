@@ -3,6 +3,9 @@ stacks' billing guard): one interpreter and one working directory for every prov
 
 from __future__ import annotations
 
+import base64
+import gzip
+
 from .literals import tf_ref
 
 # The project's Python: the venv `./dev setup` makes, relative to the repo root (every
@@ -10,6 +13,9 @@ from .literals import tf_ref
 # words such as `pipenv run python`) picks another interpreter. Plain shell text: the stack's
 # escape pass makes Terraform hand it to the shell as written.
 PYTHON = "${TPUSERVE_PYTHON:-.venv/bin/python}"
+# Linux caps one environment string at 128 KiB (MAX_ARG_STRLEN): what a provisioner gets in one
+# variable (base64gzip of a body or bundle) stays under this, with room for the variable's name.
+MAX_ENV_CHARS = 100_000
 # terraform runs in cdktf.out/stacks/<stack>: the repo root is three up.
 REPO_ROOT_FROM_MODULE = "/../../.."
 
@@ -22,3 +28,8 @@ def python_module(module: str) -> str:
 def repo_root() -> str:
     """The repo root as a Terraform expression (a token: the escape pass leaves it alone)."""
     return tf_ref("path.module") + REPO_ROOT_FROM_MODULE
+
+
+def base64gzip_chars(text: str) -> int:
+    """About what Terraform's base64gzip makes of TEXT (Go's gzip, default level)."""
+    return len(base64.b64encode(gzip.compress(text.encode(), compresslevel=6)))

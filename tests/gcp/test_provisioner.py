@@ -3,6 +3,8 @@ describe) and their progress lines, run in-process against the fake TPU API."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import io
 import json
 import re
@@ -49,8 +51,24 @@ def test_cli_body_file(fast_api, env, tmp_path) -> None:
     assert run_cli(["create", "--body-file", str(path)], env)[0] == 0
     assert fast_api.calls("POST")[0].body == body()
 
+def test_cli_body_gzipped_as_the_stack_passes_it(fast_api, env) -> None:
+    """The stack hands the body over as base64gzip(jsonencode(body)): a boot script of over
+    100 KB fits no plain environment string (Linux: 128 KiB each)."""
+    big = body(startup_script="#" * 150_000)
+    encoded = base64.b64encode(gzip.compress(json.dumps(big).encode())).decode()
+    assert len(encoded) < 100_000 < len(json.dumps(big))
+    code, _, err = run_cli(["create"], {**env, "TPUSERVE_QR_BODY_GZ": encoded,
+                                        "TPUSERVE_QR_BODY": "{not json"})  # GZ wins
+    assert code == 0, err
+    assert fast_api.calls("POST")[0].body == big
+
+
 @pytest.mark.parametrize(("argv", "extra", "message"), [
-    (["create"], {}, "body is missing: set TPUSERVE_QR_BODY"),
+    (["create"], {}, "body is missing: set TPUSERVE_QR_BODY_GZ, TPUSERVE_QR_BODY"),
+    (["create"], {"TPUSERVE_QR_BODY_GZ": "bm90IGd6aXA="},
+     "TPUSERVE_QR_BODY_GZ: not a gzipped, base64-coded body"),
+    (["create"], {"TPUSERVE_QR_BODY_GZ": "%%%"},
+     "TPUSERVE_QR_BODY_GZ: not a gzipped, base64-coded body"),
     (["create"], {"TPUSERVE_QR_BODY": "{not json"}, "TPUSERVE_QR_BODY: not valid JSON"),
     (["create"], {"TPUSERVE_QR_BODY": "[]"}, "TPUSERVE_QR_BODY: must be a JSON object"),
     (["create"], {"TPUSERVE_QR_BODY": '{"tpu": {}}'}, "nodeSpec must be a non-empty list"),

@@ -281,7 +281,7 @@ def test_a_qr_that_keeps_changing_state_ends_the_converge(api, clock: Clock) -> 
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ({"TPUSERVE_QR_BODY": ""}, "body is missing: set TPUSERVE_QR_BODY"),
+    ({"TPUSERVE_QR_BODY": ""}, "body is missing: set TPUSERVE_QR_BODY_GZ, TPUSERVE_QR_BODY"),
     ({"TPUSERVE_QR_BODY": '{"tpu": {}}'}, "nodeSpec must be a non-empty list"),
     ({"TPUSERVE_QR_GENERATION": "Not A Label"}, "label value"),
     ({"TPUSERVE_QR_NAME": "tpuserve-flex"}, "must look like projects/"),

@@ -14,9 +14,11 @@ provisioners really run `python -m tpuserve.queued_resource` against the fake TP
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -114,7 +116,7 @@ def test_provisioners_read_only_self(flex) -> None:
     assert create["command"] == f"{python} -m tpuserve.queued_resource create"
     assert create["environment"] == {
         "TPUSERVE_QR_NAME": "${self.input.name}",
-        "TPUSERVE_QR_BODY": "${jsonencode(self.input.body)}",
+        "TPUSERVE_QR_BODY_GZ": "${base64gzip(jsonencode(self.input.body))}",
         "TPUSERVE_QR_GENERATION": "${self.triggers_replace.generation}",
     }
     assert destroy == {"when": "destroy", "command": f"{python} -m tpuserve.queued_resource delete",
@@ -327,9 +329,11 @@ def test_a_body_too_big_for_the_environment_is_refused_at_synth(
     from stacks.flex import FlexStack
 
     d, _ = flex["base"]
-    monkeypatch.setattr(stacks.serving, "render_startup",
-                        lambda _d: "#!/bin/bash\n" + "x" * 100_000)
-    with pytest.raises(ValueError, match=r"body is 100,\d{3} characters: at most 100,000"):
+    # Incompressible text: the limit is on what reaches the environment, gzipped and base64-coded.
+    noise = base64.b64encode(random.Random(7).randbytes(112_500)).decode()
+    monkeypatch.setattr(stacks.serving, "render_startup", lambda _d: "#!/bin/bash\n#" + noise)
+    with pytest.raises(ValueError, match=r"body is 1\d\d,\d{3} characters gzipped and "
+                                         r"base64-coded: at most 100,000"):
         FlexStack(App(outdir=str(tmp_path)), d)  # no outdir: it would land in the repo
 
 

@@ -1,13 +1,16 @@
 """The flex stack's provisioners: `python -m tpuserve.queued_resource` runs `main` here.
 
-    python -m tpuserve.queued_resource create     # body in $TPUSERVE_QR_BODY or --body-file
+    python -m tpuserve.queued_resource create     # body in $TPUSERVE_QR_BODY_GZ, $TPUSERVE_QR_BODY
+                                                  # or --body-file
     python -m tpuserve.queued_resource delete     # force, waits until gone
     python -m tpuserve.queued_resource probe      # Terraform `external` data source protocol
     python -m tpuserve.queued_resource describe   # the QR as JSON
     python -m tpuserve.queued_resource converge   # the node's metadata to the body's, in place
 
 The QR name comes from --name or $TPUSERVE_QR_NAME (projects/P/locations/Z/queuedResources/ID).
-create and converge read the body from $TPUSERVE_QR_BODY (or --body-file) and the generation
+create and converge read the body from --body-file, else $TPUSERVE_QR_BODY_GZ (gzipped and
+base64-coded: what the stack passes, Terraform's base64gzip), else $TPUSERVE_QR_BODY (plain
+JSON, for hand runs), and the generation
 label from $TPUSERVE_QR_GENERATION (or --generation; converge falls back to the QR's own).
 An error prints one line to stderr and exits 1 (bad input: 2); never a traceback. Progress is
 one line per state change (a spinner on a terminal).
@@ -16,7 +19,10 @@ one line per state change (a spinner on a terminal).
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import contextlib
+import gzip
 import json
 import os
 import secrets
@@ -45,6 +51,8 @@ from tpuserve.render.queued_resource_body import body_metadata, check_body, with
 # The flex stack's Terraform passes these to the provisioners (stacks/flex.py).
 ENV_NAME = "TPUSERVE_QR_NAME"
 ENV_BODY = "TPUSERVE_QR_BODY"
+# The stack's form: a body over 100 KB does not fit one environment string (128 KiB).
+ENV_BODY_GZ = "TPUSERVE_QR_BODY_GZ"
 ENV_GENERATION = "TPUSERVE_QR_GENERATION"
 ENV_POLL = "TPUSERVE_QR_POLL_SECONDS"
 
@@ -367,10 +375,17 @@ def _ref_arg(args: argparse.Namespace, environ: Mapping[str, str]) -> QueuedReso
 def _body_arg(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
     if args.body_file:
         source, text = f"--body-file {args.body_file}", _read(args.body_file)
+    elif environ.get(ENV_BODY_GZ):
+        source = ENV_BODY_GZ
+        try:
+            text = gzip.decompress(base64.b64decode(environ[ENV_BODY_GZ], validate=True)).decode()
+        except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
+            raise _UsageError(f"{source}: not a gzipped, base64-coded body ({exc})") from None
     elif environ.get(ENV_BODY):
         source, text = ENV_BODY, environ[ENV_BODY]
     else:
-        raise _UsageError(f"the queued resource body is missing: set {ENV_BODY} or --body-file")
+        raise _UsageError(f"the queued resource body is missing: set {ENV_BODY_GZ}, "
+                          f"{ENV_BODY} or --body-file")
     try:
         body = json.loads(text)
     except ValueError as exc:
@@ -397,7 +412,8 @@ def _parser() -> argparse.ArgumentParser:
     name_help = f"projects/P/locations/Z/queuedResources/ID (default: ${ENV_NAME})"
     create = sub.add_parser("create", help="create (or adopt) and wait until ACCEPTED")
     create.add_argument("--name", help=name_help)
-    create.add_argument("--body-file", help=f"the JSON body (default: ${ENV_BODY})")
+    body_help = f"the JSON body (default: ${ENV_BODY_GZ}, else ${ENV_BODY})"
+    create.add_argument("--body-file", help=body_help)
     create.add_argument("--generation", help=f"label token (default: ${ENV_GENERATION})")
     create.add_argument("--timeout", type=float, default=ACCEPT_TIMEOUT_S)
     delete = sub.add_parser("delete", help="delete with force and wait until gone")
@@ -409,7 +425,7 @@ def _parser() -> argparse.ArgumentParser:
         "converge", help="bring the node's metadata to the body's: in place when ACTIVE, by "
         "a new queued resource while still queued (no capacity lost)")
     conv.add_argument("--name", help=name_help)
-    conv.add_argument("--body-file", help=f"the JSON body (default: ${ENV_BODY})")
+    conv.add_argument("--body-file", help=body_help)
     conv.add_argument("--generation",
                       help=f"label token for a new QR (default: ${ENV_GENERATION}, else the "
                       "QR's own)")
