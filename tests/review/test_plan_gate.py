@@ -99,7 +99,8 @@ LEGIT: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
                           {"name": "x", "network": "${google_compute_network.net.id}"})),
     ("escaped-template", _set("resource/terraform_data/queued_resource/input/name",
                               '$${file("/x")} and %%{ if }')),
-    ("base-expression-reused", _set("output/body", {"value": "${jsonencode(self.input.body)}"})),
+    ("base-expression-reused", _set("output/body",
+                                    {"value": "${base64gzip(jsonencode(self.input.body))}"})),
     ("new-query", _set("data/external/qr_probe/query", {"name": "another-name"})),
 ]
 

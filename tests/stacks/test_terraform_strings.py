@@ -27,8 +27,8 @@ TERRAFORM = shutil.which("terraform")
 # What a genuine reference looks like: an address with attributes and indexes, or the one
 # function calls the flex and fleet provisioners make.
 REFERENCE = re.compile(
-    r"\$\{(?:[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+|\[[0-9]+\])+|jsonencode\(self\.input\.body\)"
-    r"|base64gzip\(self\.input\.bundle\))\}"
+    r"\$\{(?:[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+|\[[0-9]+\])+"
+    r"|base64gzip\(jsonencode\(self\.input\.body\)\)|base64gzip\(self\.input\.bundle\))\}"
 )
 PLACEHOLDER = "<reference>"
 
