@@ -16,6 +16,7 @@ import pytest
 from werkzeug import Response
 
 from tests.fakes.container import FakeContainer, service_disabled
+from tests.fakes.hostile_server import HostileServer, finishes_within
 from tests.fakes.iam import FakeIam
 from tests.fakes.resourcemanager import FakeResourceManager
 from tests.fakes.secretmanager import FakeSecretManager
@@ -678,3 +679,31 @@ def test_teardown_names_what_it_found_and_what_it_could_not_prove(cloud) -> None
          f"the base of deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) was NOT "
          "destroyed: 1 resource(s) of its serving stacks are up, and nothing proves that no "
          "other serving stack is up (set TPUSERVE_BASE_FORCE=1 to destroy it anyway)")]
+
+
+# ----------------------------------------------------------------------------- deadline
+
+
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_preflight_ends_at_its_overall_deadline(base, monkeypatch, mode: str) -> None:
+    """A Secret Manager that never finishes an answer: the run's one deadline cuts it (on the
+    old code each of the two secrets had 30 s a try and 120 s of retries)."""
+    monkeypatch.setattr(base_check, "DEADLINE_S", {"preflight": 2.0, "teardown": 2.0},
+                        raising=False)
+    with HostileServer(mode, interval_s=0.2) as root:
+        env = {**base["env"], "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": f"{root}/"}
+        code, out, err = finishes_within(25, lambda: run(["preflight"], env, json.dumps(query())))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert "DEADLINE_EXCEEDED" in line and "within 2 s in all (its overall deadline)" in line
+
+
+def test_teardown_ends_at_its_overall_deadline_and_keeps_the_base(cloud, monkeypatch) -> None:
+    monkeypatch.setattr(base_check, "DEADLINE_S", {"preflight": 2.0, "teardown": 2.0},
+                        raising=False)
+    cloud["tpu"].stall_next(600, method="GET", times=1000)
+    code, out, err = finishes_within(25, lambda: run(["teardown"], teardown_env(cloud)))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert "DEADLINE_EXCEEDED" in line and "within 2 s in all" in line
+    assert "was NOT destroyed" in line

@@ -367,3 +367,29 @@ def test_a_task_name_kept_by_cloud_tasks_is_not_taken_for_a_guard(apis: Apis) ->
     else:
         pytest.fail("arming never ran out of names")
     assert apis.tasks.task_names() == []
+
+
+# ---------------------------------------------------------------- issue 22: one overall deadline
+
+
+@pytest.mark.parametrize(("command", "mode"), [("arm", "trickle"), ("arm", "hang"),
+                                               ("disarm", "trickle")])
+def test_a_run_ends_at_its_overall_deadline(apis: Apis, monkeypatch, command: str,
+                                            mode: str) -> None:
+    """Cloud Tasks answering a byte at a time (or not at all): the run's one deadline cuts
+    it, one line naming the bound (on the old code each call had 30 s a try, 120 s of
+    retries, and a run as many calls as the task list has pages)."""
+    from tests.fakes.hostile_server import HostileServer, finishes_within
+    from tpuserve.gcp import billing_guard
+
+    monkeypatch.setattr(billing_guard, "DEADLINE_S", 2.0, raising=False)
+    apis.seed_node(CREATED)
+    with HostileServer(mode, interval_s=0.2) as root:
+        env = _guard_env(apis, CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDTASKS=f"{root}/",
+                         TPUSERVE_TIME_SCALE="0")
+        out, err = io.StringIO(), io.StringIO()
+        code = finishes_within(25, lambda: main([command], environ=env, stdout=out, stderr=err))
+    assert (code, out.getvalue()) == (1, "")
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith(f"tpuserve: billing guard {command}: ")
+    assert "DEADLINE_EXCEEDED" in line and "within 2 s in all (its overall deadline)" in line

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.hostile_server import finishes_within
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Clock, body, one_line, run_module
 from tpuserve.gcp.provisioner import converge, main, merged_metadata
@@ -489,3 +490,21 @@ def test_an_interrupted_recreate_says_the_qr_was_deleted(queued_api: FakeTpuApi,
         f"tpuserve: interrupted; the queued resource {REF.name} (it was WAITING_FOR_RESOURCES, "
         "no capacity yet) was DELETED to change its metadata, and whether its re-create took "
         "could not be read: run `cdktf deploy flex`, which adopts the new one or creates it anew")
+
+
+# ----------------------------------------------------------------------------- --timeout
+
+
+@pytest.mark.parametrize("stalled", ["queuedResources", "nodes"])
+def test_the_timeout_bounds_every_read_beneath_it(api, stalled: str) -> None:
+    """A QR read (or the node's) that answers its headers, then nothing, is cut by converge's
+    --timeout: one line naming it, exit 1, the node untouched (on the old code the QR's reads
+    had only the edge's 30 s per try and 120 s per call, retries included)."""
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.stall_next(600, method="GET", path_contains=f"/{stalled}/", times=100)
+    code, out, err = finishes_within(25, lambda: run_cli(converge_env(api), "--timeout", "2"))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert "DEADLINE_EXCEEDED" in line and "--timeout" in line
+    assert not api.calls("PATCH") and not api.calls("DELETE")
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": OLD}

@@ -19,11 +19,17 @@ themselves (read the node, create the task) are the caller's and follow its over
 Used by the TPU VM stacks' `terraform_data.billing_guard` provisioners
 (`python -m tpuserve.billing_guard arm|disarm`, inputs in TPUSERVE_GUARD_* variables) and by
 `tpuserve recover`, which re-arms after replacing a node.
+
+One run of `arm` or `disarm` ends within DEADLINE_S (300 s): every call beneath it (the node's
+read, the task list's pages, each create and delete), its retries and each try's last byte
+included, is bounded by it (the edge's `deadline_within`); Terraform's local-exec has no
+timeout of its own. A call cut by it is one line naming the bound, exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -43,6 +49,9 @@ CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
 TASKS_VERSION = "v2"
 # Cloud Tasks refuses a scheduleTime more than 30 days ahead (config: max_run_hours <= 720).
 MAX_SCHEDULE_S = 30 * 24 * 3600
+# One arm or disarm run's bound, every call and retry beneath it included (the edge caps one try
+# at 30 s and one call's retries at 120 s).
+DEADLINE_S = 300.0
 
 ENV_NODE = "TPUSERVE_GUARD_NODE"  # projects/P/locations/Z/nodes/N
 ENV_QUEUE = "TPUSERVE_GUARD_QUEUE"  # projects/P/locations/R/queues/Q
@@ -326,17 +335,22 @@ def main(argv: list[str] | None = None, *, environ: Mapping[str, str] | None = N
     )
     parser.add_argument("command", choices=("arm", "disarm"))
     args = parser.parse_args(argv)
+    hint = (f"billing guard {args.command} ends every call within {DEADLINE_S:g} s in all (its "
+            "overall deadline): run it again once the API answers")
     try:
         target = target_from_env(env, endpoint=args.command == "arm")
         tasks = CloudTasks(environ=env)
-        if args.command == "arm":
-            tpu = GoogleApi("tpu", TPU_API, environ=env)
-            print(f"tpuserve: {target.node_id}: {arm(target, tasks=tasks, tpu=tpu).describe()}",
-                  file=out)
-        else:
-            removed = disarm(target, tasks=tasks)
-            print(f"tpuserve: {target.node_id}: billing guard disarmed ({len(removed)} task(s) "
-                  "deleted)", file=out)
+        with contextlib.ExitStack() as bounds:
+            bounds.enter_context(tasks.deadline_within(DEADLINE_S, hint=hint))
+            if args.command == "arm":
+                tpu = GoogleApi("tpu", TPU_API, environ=env)
+                bounds.enter_context(tpu.deadline_within(DEADLINE_S, hint=hint))
+                print(f"tpuserve: {target.node_id}: "
+                      f"{arm(target, tasks=tasks, tpu=tpu).describe()}", file=out)
+            else:
+                removed = disarm(target, tasks=tasks)
+                print(f"tpuserve: {target.node_id}: billing guard disarmed ({len(removed)} "
+                      "task(s) deleted)", file=out)
     except ValueError as exc:
         print(f"tpuserve: {exc}", file=err)
         return 2

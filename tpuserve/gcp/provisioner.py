@@ -9,6 +9,9 @@
 The QR name comes from --name or $TPUSERVE_QR_NAME (projects/P/locations/Z/queuedResources/ID).
 create and converge read the body from $TPUSERVE_QR_BODY (or --body-file) and the generation
 label from $TPUSERVE_QR_GENERATION (or --generation; converge falls back to the QR's own).
+create, delete and converge end within their --timeout (converge: 1800 s by default), every
+API call beneath it, its retries and each try's last byte included; probe and describe make one
+read, bounded by the edge's per-call retry deadline (120 s).
 An error prints one line to stderr and exits 1 (bad input: 2); never a traceback. Progress is
 one line per state change (a spinner on a terminal).
 """
@@ -167,7 +170,20 @@ def converge(
     ACTIVE. Dead (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe
     replaces it.
     Missing: QueuedResourceError (Terraform created it first). An unknown state: UnknownState.
+
+    `timeout` bounds every call beneath it (the QR's reads, the delete, the re-create, the
+    node's reads and PATCH), its retries and each try's last byte included (the client's
+    `deadline_within`): a call it cuts is one line naming --timeout.
     """
+    with client.deadline_within(timeout):
+        return _converge(client, ref, body, generation, timeout=timeout, progress=progress,
+                         create=create)
+
+
+def _converge(
+    client: TpuClient, ref: QueuedResourceRef, body: Mapping[str, Any], generation: str, *,
+    timeout: float, progress: Progress, create: Callable[[dict[str, Any], str], CreateResult],
+) -> str:
     desired = body_metadata(body)
     start = client.clock()
     for _ in range(_CONVERGE_LOOKS):
