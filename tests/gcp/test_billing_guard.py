@@ -393,3 +393,39 @@ def test_a_run_ends_at_its_overall_deadline(apis: Apis, monkeypatch, command: st
     line = err.getvalue()
     assert line.count("\n") == 1 and line.startswith(f"tpuserve: billing guard {command}: ")
     assert "DEADLINE_EXCEEDED" in line and "within 2 s in all (its overall deadline)" in line
+
+
+# ---------------------------------------------------------------- issue 22: a list proves nothing
+@pytest.mark.parametrize(("command", "answer", "said"), [
+    ("disarm", '{"tasks": null}', "'tasks' is null, not a list"),
+    ("disarm", '{"tasks": "x"}', "'tasks' is a string, not a list"),
+    ("disarm", '{"tasks": [7]}', "'tasks' holds a number, not an object"),
+    ("disarm", '{"tasks": [], "nextPageToken": 7}', "nextPageToken is a number"),
+    ("disarm", '{"tasks": [], "nextPageToken": "same"}', "repeated page token 'same'"),
+    ("arm", '{"tasks": null}', "'tasks' is null, not a list"),
+])
+def test_a_task_list_that_is_not_the_documented_answer_proves_nothing(
+        apis: Apis, command: str, answer: str, said: str) -> None:
+    """A ListTasksResponse that is not one is not "no tasks": disarm would report a queue it
+    never read as clean (a task left there deletes a new node of the same name at the old
+    deadline), arm would leave an old deadline in place. On the old code `null` was a
+    traceback, a string or [7] counted as no tasks, and a repeated token looped for ever."""
+    from werkzeug import Response
+
+    from tests.fakes.hostile_server import finishes_within
+    from tests.fakes.metadata import LoopbackServer
+
+    apis.seed_node(CREATED)
+    server = LoopbackServer(lambda _r: Response(answer, 200, mimetype="application/json"))
+    server.start()
+    try:
+        env = _guard_env(apis, CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDTASKS=(
+            f"http://127.0.0.1:{server.port}/"), TPUSERVE_TIME_SCALE="0")
+        out, err = io.StringIO(), io.StringIO()
+        code = finishes_within(25, lambda: main([command], environ=env, stdout=out, stderr=err))
+    finally:
+        server.stop()
+    assert (code, out.getvalue()) == (1, "")
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith(f"tpuserve: billing guard {command}: ")
+    assert said in line and "list the billing guard tasks" in line

@@ -44,6 +44,7 @@ from tpuserve.facts import CLOUD_PLATFORM_SCOPE
 from tpuserve.gcp.api import GoogleApi
 from tpuserve.gcp.endpoints import TPU_API, guard_task_root
 from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.tpu.listing import pages
 
 CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
 TASKS_VERSION = "v2"
@@ -172,16 +173,13 @@ class CloudTasks(GoogleApi):
                             action=f"create the billing guard task in {queue}")
 
     def list_tasks(self, queue: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            params = {"pageSize": 1000, **({"pageToken": token} if token else {})}
-            page = self.request("GET", f"{TASKS_VERSION}/{queue}/tasks", params=params,
-                                action=f"list the billing guard tasks of {queue}")
-            out.extend(t for t in page.get("tasks", []) if isinstance(t, dict))
-            token = str(page.get("nextPageToken") or "")
-            if not token:
-                return out
+        """Every task of the queue, every page (ListTasksResponse: `tasks`, omitted when none,
+        and `nextPageToken`). An answer that is not that shape (`tasks` null or not a list of
+        objects, a token that is not a string or repeats) proves nothing: UnprovenAnswer, not
+        "no tasks", so arm never leaves an old deadline in place and disarm never reports a
+        queue it could not read as clean."""
+        return list(pages(self, f"{TASKS_VERSION}/{queue}/tasks", "tasks",
+                          action=f"list the billing guard tasks of {queue}", page_size=1000))
 
     def delete_task(self, name: str) -> bool:
         """True when deleted, False when it was gone already."""
