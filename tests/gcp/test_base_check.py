@@ -707,3 +707,30 @@ def test_teardown_ends_at_its_overall_deadline_and_keeps_the_base(cloud, monkeyp
     line = one_line(err)
     assert "DEADLINE_EXCEEDED" in line and "within 2 s in all" in line
     assert "was NOT destroyed" in line
+
+
+# ----------------------------------------------------------------------------- outside probes
+
+
+def test_teardown_refuses_a_location_without_its_id(cloud) -> None:
+    """A location of the region named without locationId: its zone (and its nodes) would
+    never be listed (on the old code it was dropped, and the base went)."""
+    cloud["tpu"].seed_node(PROJECT, "us-west4-b", "tpuserve-spot", labels=OURS)
+    locations = {"locations": [{"name": f"projects/{PROJECT}/locations/us-west4-a",
+                                "locationId": "us-west4-a"},
+                               {"name": f"projects/{PROJECT}/locations/us-west4-b"}]}
+    cloud["tpu"].answer_next(200, json.dumps(locations), path_contains="/locations")
+    assert refused(cloud) == (
+        f"{LOCATIONS}: 200 OK: the answer lists a location without a locationId "
+        f"('projects/{PROJECT}/locations/us-west4-b'): its zone is unknown")
+
+
+@pytest.mark.parametrize("domain", ["example.com", ""])
+def test_teardown_refuses_service_disabled_of_another_domain(cloud, domain: str) -> None:
+    """ErrorInfo's reason is unique only within its domain: SERVICE_DISABLED is
+    googleapis.com's (on the old code any domain, or none, was taken as Google's)."""
+    answer = json.loads(disabled_body(PROJECT, "tpu.googleapis.com", "Cloud TPU API"))
+    answer["error"]["details"][0]["domain"] = domain
+    cloud["tpu"].answer_next(403, json.dumps(answer))
+    assert (f"(its ErrorInfo's domain is '{domain}', not googleapis.com)"
+            in refused(cloud))

@@ -76,13 +76,23 @@ def zones_in_region(api: GoogleApi, project: str, region: str) -> list[str]:
 
     None is not an answer: a region whose TPU locations the API does not name proves nothing
     about what runs there (UnprovenAnswer)."""
-    ids = {str(loc.get("locationId", "")) for loc in list_locations(api, project)}
+    action = f"list TPU locations of project {project}"
+    ids = set()
+    for loc in list_locations(api, project):
+        # Location.locationId is what names a zone: one without it could be any zone, this
+        # region's included, whose nodes would then never be listed.
+        location_id = loc.get("locationId")
+        if not (isinstance(location_id, str) and location_id):
+            raise UnprovenAnswer(
+                200, f"the answer lists a location without a locationId "
+                f"({str(loc.get('name', 'no name'))[:80]!r}): its zone is unknown",
+                action=action, service=api.service)
+        ids.add(location_id)
     zones = sorted(i for i in ids if i.startswith(f"{region}-"))
     if not zones:
         raise UnprovenAnswer(
             200, f"the TPU API's locations of project {project} name no zone of region "
-            f"{region}: nothing proves what runs there",
-            action=f"list TPU locations of project {project}", service=api.service)
+            f"{region}: nothing proves what runs there", action=action, service=api.service)
     return zones
 
 
