@@ -734,3 +734,32 @@ def test_teardown_refuses_service_disabled_of_another_domain(cloud, domain: str)
     cloud["tpu"].answer_next(403, json.dumps(answer))
     assert (f"(its ErrorInfo's domain is '{domain}', not googleapis.com)"
             in refused(cloud))
+
+
+ERROR_200 = json.dumps({"error": {"code": 403, "message": "denied", "status": "PERMISSION_DENIED"}})
+
+
+@pytest.mark.parametrize(("fake", "path", "action", "fields"), [
+    ("tpu", "/nodes", NODES_A, "nodes, nextPageToken, unreachable"),
+    ("tpu", "/queuedResources",
+     f"list queued resources in projects/{PROJECT}/locations/us-west4-a",
+     "queuedResources, nextPageToken, unreachable"),
+    ("gke", "", CLUSTERS, "clusters, missingZones"),
+])
+def test_teardown_refuses_a_200_that_is_not_a_list_answer(cloud, fake, path, action,
+                                                          fields) -> None:
+    """proto3 JSON omits an empty list, so `{}` is an empty list; an object with none of the
+    list's fields (a 200 carrying an error, a proxy's own JSON) is not a list answer (on the
+    old code its missing list was taken as empty, and the base went)."""
+    cloud[fake].answer_next(200, ERROR_200, path_contains=path, times=100)
+    assert refused(cloud) == (f"{action}: 200 OK: the answer has none of the list's fields "
+                              f"({fields}) but error: it is not a list answer, and proves "
+                              "nothing")
+
+
+def test_teardown_takes_an_empty_object_as_an_empty_list(cloud) -> None:
+    """What Google sends for a zone without nodes (proto3 JSON omits the empty list)."""
+    cloud["tpu"].answer_next(200, "{}", path_contains="/nodes", times=100)
+    cloud["gke"].answer_next(200, "{}")
+    code, out, err = run(["teardown"], teardown_env(cloud))
+    assert (code, err) == (0, "") and out.endswith(": the base may go\n")

@@ -61,6 +61,18 @@ def json_kind(data: Any) -> str:
             float: "a number", dict: "an object"}.get(type(data), type(data).__name__)
 
 
+def not_a_list_answer(answer: Mapping[str, Any], fields: tuple[str, ...]) -> str | None:
+    """Why a 2xx answer to a List method is not one, or None. proto3 JSON omits empty repeated
+    fields and empty strings, so `{}` is the documented answer of an empty list; an answer
+    with fields but none of its list's (a 200 carrying `error`, a proxy's own object) is not
+    that answer, and its missing list proves nothing."""
+    if not answer or any(f in answer for f in fields):
+        return None
+    others = ", ".join(sorted(map(str, answer))[:3])
+    return (f"the answer has none of the list's fields ({', '.join(fields)}) but {others}: "
+            "it is not a list answer, and proves nothing")
+
+
 class GoogleApi:
     """One Google REST API: its root, an authorized session, retries, one-line errors."""
 

@@ -5,7 +5,9 @@ followed (`nextPageToken`). Raw JSON objects, labels included; no google-cloud-t
 A list is complete only as the documented ListNodesResponse / ListQueuedResourcesResponse
 shape proves it (tpu v2, v2alpha1 discovery documents): an `unreachable` location, an item
 that is not an object, a `nextPageToken` that is not a string, or (for a region) no zone at all
-raise UnprovenAnswer: an absence nothing proves is not an absence.
+raise UnprovenAnswer: an absence nothing proves is not an absence. A missing list field is an
+empty list (proto3 JSON omits empty repeated fields) only in an answer that is a list answer:
+`{}`, or one with another of its fields (api.not_a_list_answer).
 
 Any GoogleApi for the "tpu" service works, tpuserve.gcp.tpu.client.TpuClient included.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind, not_a_list_answer
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.queued_resources import API_VERSION as QR_API_VERSION
 
@@ -35,6 +37,9 @@ def pages(api: GoogleApi, path: str, key: str, *, action: str,
         if token:
             params["pageToken"] = token
         answer = api.request("GET", path, params=params, action=action)
+        odd_answer = not_a_list_answer(answer, (key, "nextPageToken", "unreachable"))
+        if odd_answer:
+            raise UnprovenAnswer(200, odd_answer, action=action, service=api.service)
         unreachable = answer.get("unreachable", [])
         if unreachable != []:  # anything but none (an empty string included) is not "none"
             named = (", ".join(map(str, unreachable)) if isinstance(unreachable, list)
