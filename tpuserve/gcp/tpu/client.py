@@ -12,11 +12,12 @@ queue and says so: the next deploy adopts it.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
 from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import CREATE_TRANSIENT_CODES, RetryPolicy
@@ -100,14 +101,24 @@ class TpuClient(NodeCalls, GoogleApi):
     # -- queued resources (REST v2alpha1)
 
     def get_queued_resource(self, ref: QueuedResourceRef) -> QueuedResource | None:
-        """The QR, or None when it does not exist."""
+        """The QR, or None when it does not exist. A 200 proves it only with the QR itself:
+        an answer whose `name` is another QR's (or none) is an UnprovenAnswer (its state would
+        decide whether this one is replaced or deleted). The project may be named by number."""
+        action = f"get queued resource {ref.name}"
         try:
-            data = self.request("GET", f"{API_VERSION}/{ref.name}",
-                                action=f"get queued resource {ref.name}")
+            data = self.request("GET", f"{API_VERSION}/{ref.name}", action=action)
         except ApiError as exc:
             if exc.code == 404:
                 return None
             raise
+        name = data.get("name")
+        if not (isinstance(name, str) and re.fullmatch(
+                rf"projects/[^/]+/locations/{re.escape(ref.zone)}/queuedResources/"
+                rf"{re.escape(ref.queued_resource_id)}", name)):
+            shown = repr(name)[:80] if name is not None else "missing"
+            raise UnprovenAnswer(200, f"the answer is not queued resource {ref.name} (its name "
+                                 f"is {shown}): it proves nothing", action=action,
+                                 service=self.service)
         return QueuedResource.from_json(data)
 
     @contextlib.contextmanager
