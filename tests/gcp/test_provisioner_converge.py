@@ -508,3 +508,56 @@ def test_the_timeout_bounds_every_read_beneath_it(api, stalled: str) -> None:
     assert "DEADLINE_EXCEEDED" in line and "--timeout" in line
     assert not api.calls("PATCH") and not api.calls("DELETE")
     assert api.node_json(QR_ID)["metadata"] == {"startup-script": OLD}
+
+
+# ------------------------------------------- outside probes: what happened to the capacity
+def test_a_delete_refused_as_a_rate_limit_says_the_qr_is_kept(queued_api: FakeTpuApi) -> None:
+    """A 429 RATE_LIMIT_EXCEEDED that outlasts the edge's retries on converge's delete: the QR
+    is still queued, with its place and its old metadata; the line says so and how to
+    converge again (on the old code it said only the 429 and a quota hint)."""
+    api = queued_api
+    _queued(api)
+    api.fail_next(429, "RESOURCE_EXHAUSTED", "Too many requests", method="DELETE",
+                  details=RATE_LIMITED, times=99)
+    code, out, err = run_cli(converge_env(api, generation="gen-1", TPUSERVE_TIME_SCALE="0"))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert f"delete queued resource {REF.name}: 429 RESOURCE_EXHAUSTED" in line
+    assert line.endswith(f"; the queued resource {REF.name} was NOT deleted: it is "
+                         "WAITING_FOR_RESOURCES and keeps its place in the queue, with the old "
+                         "metadata its node would boot with: run `cdktf deploy flex` to "
+                         "converge it again")
+    assert api.state_of(QR_ID) == "WAITING_FOR_RESOURCES" and not api.calls("POST")
+
+
+def test_a_qr_gone_between_the_read_and_the_delete_is_created_anew_and_said(
+        queued_api: FakeTpuApi) -> None:
+    """Someone else's delete lands between converge's read and its own: nothing of converge's
+    was deleted, so the line does not claim it gave up the queue place (the old one did)."""
+    api = queued_api
+    _queued(api)
+    api.after_next(lambda: api.remove_queued_resource(QR_ID), method="GET")
+    code, out, err = run_cli(converge_env(api, generation="gen-1", TPUSERVE_TIME_SCALE="0"))
+    assert code == 0, err
+    assert out == (f"tpuserve: created {REF.name} anew with the new metadata: it was "
+                   "WAITING_FOR_RESOURCES (no capacity yet) and was gone before converge's "
+                   "delete; now WAITING_FOR_RESOURCES\n")
+    assert not api.calls("DELETE")
+    qr = api.queued_resource(QR_ID)
+    assert qr is not None and qr["tpu"]["nodeSpec"][0]["node"]["metadata"] == {
+        "startup-script": NEW}
+
+
+@pytest.mark.parametrize(("grpc", "status"), [(13, "500 INTERNAL"),
+                                              (9, "400 FAILED_PRECONDITION")])
+def test_a_patch_whose_operation_fails_says_the_capacity_is_kept(api, grpc: int,
+                                                                 status: str) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.fail_next_patch_operation(grpc, "fake: the node could not be updated")
+    code, _, err = run_cli(converge_env(api))
+    line = one_line(err)
+    assert code == 1 and f"update the metadata of node {NODE}: {status}" in line
+    assert line.endswith(f"; nothing was deleted: the node {NODE} and its flex-start capacity "
+                         "are kept, and its metadata may still be the old one: run `cdktf "
+                         "deploy flex` to converge it again")
+    assert api.state_of(QR_ID) == "ACTIVE" and not api.calls("DELETE")
