@@ -429,3 +429,22 @@ def test_a_task_list_that_is_not_the_documented_answer_proves_nothing(
     line = err.getvalue()
     assert line.count("\n") == 1 and line.startswith(f"tpuserve: billing guard {command}: ")
     assert said in line and "list the billing guard tasks" in line
+
+
+@pytest.mark.parametrize("name", ["projects/proj-test-1/locations/us-west4-a/nodes/another",
+                                  None])
+def test_arm_refuses_a_node_answer_that_is_another_node(apis: Apis, name: str | None) -> None:
+    """Another node's createTime (or an answer naming none) would set this node's deadline:
+    one line, no task (on the old code the task was armed at the stranger's deadline)."""
+    apis.seed_node(CREATED)
+    stranger = {"createTime": "2020-01-01T00:00:00Z", "state": "READY",
+                **({"name": name} if name else {})}
+    apis.tpu.answer_next(200, json.dumps(stranger), method="GET")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["arm"], environ=_guard_env(apis), stdout=out, stderr=err)
+    assert (code, out.getvalue()) == (1, "")
+    shown = repr(name) if name else "missing"
+    assert err.getvalue() == (f"tpuserve: billing guard arm: get node {apis.target.node}: 200 "
+                              f"OK: the answer is not node {apis.target.node} (its name is "
+                              f"{shown}): it proves nothing\n")
+    assert apis.tasks.task_names() == []

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from tpuserve.facts import CLOUD_PLATFORM_SCOPE
-from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
 from tpuserve.gcp.endpoints import TPU_API, guard_task_root
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.listing import pages
@@ -277,12 +277,26 @@ def disarm(target: GuardTarget, *, tasks: CloudTasks) -> list[str]:
 
 
 def _get_node(tpu: GoogleApi, target: GuardTarget) -> dict[str, Any] | None:
+    """The node, or None when it does not exist. A 200 proves it only with the node itself (its
+    `name`; the project may be named by number): another node's createTime would set this
+    one's deadline."""
+    action = f"get node {target.node}"
     try:
-        return tpu.request("GET", f"v2/{target.node}", action=f"get node {target.node}")
+        data = tpu.request("GET", f"v2/{target.node}", action=action)
     except ApiError as exc:
         if exc.code == 404:
             return None
         raise
+    m = _NODE_RE.fullmatch(target.node)
+    assert m is not None  # GuardTarget checked it
+    name = data.get("name")
+    if not (isinstance(name, str) and re.fullmatch(
+            rf"projects/[^/]+/locations/{re.escape(m.group(2))}/nodes/{re.escape(m.group(3))}",
+            name)):
+        shown = repr(name)[:80] if name is not None else "missing"
+        raise UnprovenAnswer(200, f"the answer is not node {target.node} (its name is {shown}): "
+                             "it proves nothing", action=action, service=tpu.service)
+    return data
 
 
 class GuardApi:
