@@ -44,7 +44,28 @@ CANARIES = {"HF_TOKEN": "hf_canaryTOKENvalue0123456789", "OPENAI_API_KEY": "sk-c
             "TPUSERVE_TIME_SCALE": "0.000317531",
             "TPUSERVE_ROOT": "/canary/tpuserve-root",
             "GCE_METADATA_HOST": "canary-metadata.invalid:8080",
-            "TPUSERVE_GUARD_TPU_ENDPOINT": "https://canary-guard.p.googleapis.com/"}
+            "TPUSERVE_GUARD_TPU_ENDPOINT": "https://canary-guard.p.googleapis.com/",
+            # gcloud's and google-auth's project, location, endpoint, proxy and credential
+            # settings, and the project's own provisioner inputs: the caller's, not the cloud's.
+            "CLOUDSDK_CORE_PROJECT": "canary-core-project",
+            "GOOGLE_CLOUD_PROJECT": "canary-gcp-project",
+            "CLOUDSDK_COMPUTE_ZONE": "canary-zone-z",
+            "CLOUDSDK_COMPUTE_REGION": "canary-region",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDTASKS": "https://canary-tasks.invalid/",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER": "https://canary-gke.invalid/",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": "https://canary-gce.invalid/compute/v1/",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM": "https://canary-iam.invalid/",
+            "CLOUDSDK_AUTH_IMPERSONATE_SERVICE_ACCOUNT": "canary-impersonate@x.invalid",
+            "CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE": "/canary/credential-file.json",
+            "CLOUDSDK_CONFIG": "/canary/gcloud-config",
+            "HTTP_PROXY": "http://canary-http-proxy.invalid:3128",
+            "https_proxy": "http://canary-lower-proxy.invalid:3128",
+            "REQUESTS_CA_BUNDLE": "/canary/ca-bundle.pem",
+            "KUBECONFIG": "/canary/kubeconfig",
+            "TPUSERVE_QR_BODY": '{"canary": "qr-body"}',
+            "TPUSERVE_QR_GENERATION": "canary-generation",
+            "TPUSERVE_GUARD_QUEUE": "projects/canary/locations/x/queues/canary-queue",
+            "TPUSERVE_DEPLOY_COMMAND": "canary-deploy-command {stack}"}
 
 
 def synth(deployments: dict[str, Deployment], outdir: Path) -> dict[str, dict[str, Any]]:

@@ -50,9 +50,13 @@ def within(seconds: float, call: Callable[[], T], expired: Callable[[], BaseExce
     return box["value"]
 
 
-def client_deadline(client: Any, seconds: float | None) -> AbstractContextManager[Any]:
+def client_deadline(client: Any, seconds: float | None, *, hint: str | None = None,
+                    ) -> AbstractContextManager[Any]:
     """CLIENT's calls inside this block end within SECONDS (None: their own caps only): a
-    Google API client's `deadline_within` (tpuserve.gcp.api.GoogleApi); a client without one
-    (a test's stand-in) is left as it is."""
+    Google API client's `deadline_within` (tpuserve.gcp.api.GoogleApi), HINT (if given) in
+    the one line of a call it cuts; a client without one (a test's stand-in) is left as it
+    is."""
     bound = getattr(client, "deadline_within", None)
-    return bound(seconds) if callable(bound) and seconds is not None else nullcontext()
+    if not callable(bound) or seconds is None:
+        return nullcontext()
+    return bound(seconds, hint=hint) if hint else bound(seconds)

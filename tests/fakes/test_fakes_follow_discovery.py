@@ -13,14 +13,19 @@ import pytest
 import requests
 
 from tests.fakes.cloud_tasks import FakeCloudTasks
-from tests.fakes.discovery import Discovery
+from tests.fakes.compute import FakeCompute
+from tests.fakes.container import FakeContainer
+from tests.fakes.discovery import Discovery, _read_only
 from tests.fakes.iam import FakeIam
+from tests.fakes.resourcemanager import FakeResourceManager
 from tests.fakes.secretmanager import FakeSecretManager
+from tests.fakes.serviceusage import FakeServiceUsage
 from tests.fakes.storage import FakeStorage
 from tests.fakes.tpu_api import FakeTpuApi, flex_body
 
 TOKEN = "ya29.fake-token"
 PROJECT, ZONE = "proj-test-1", "us-west4-a"
+NUMBER = "123456789012"
 QUEUE = f"projects/{PROJECT}/locations/us-west4/queues/tpuserve-guard"
 SA = f"guard@{PROJECT}.iam.gserviceaccount.com"
 
@@ -80,6 +85,30 @@ WRITES = [
           {"accountId": "guard", "serviceAccount": {"displayName": "g"}},
           _set("colour", value="red"), None,
           _set("serviceAccount", "uniqueId", value="1"), 404),
+    # The read-only fakes (Container, Resource Manager, Compute, Service Usage): a documented
+    # write reaches the fake, which does not serve it (501, 404); one the document refuses
+    # never does.
+    Write("container", "POST", f"v1/projects/{PROJECT}/locations/us-west4/clusters", {},
+          {"cluster": {"name": "c", "releaseChannel": {"channel": "REGULAR"}}},
+          _set("cluster", "colour", value="red"),
+          _set("cluster", "releaseChannel", "channel", value="FASTEST"),
+          _set("cluster", "createTime", value="2026-01-01T00:00:00Z"), 501),
+    Write("cloudresourcemanager", "POST", "v1/projects", {}, {"projectId": "proj-new-1"},
+          _set("colour", value="red"), None,  # the wrong enum: setIamPolicy's, below
+          _set("configuredCapabilities", value=["x"]), 404),
+    Write("cloudresourcemanager", "POST", f"v1/projects/{PROJECT}:setIamPolicy", {},
+          {"policy": {"auditConfigs": [{"service": "allServices",
+                                        "auditLogConfigs": [{"logType": "DATA_READ"}]}]}},
+          _set("policy", "colour", value="red"),
+          _set("policy", "auditConfigs", "auditLogConfigs", "logType", value="ALL"), None, 404),
+    # Compute's endpoint is .../compute/v1/, as gcloud's override carries the path.
+    Write("compute", "POST", f"projects/{PROJECT}/zones/{ZONE}/instances", {},
+          {"name": "i", "privateIpv6GoogleAccess": "INHERIT_FROM_SUBNETWORK"},
+          _set("colour", value="red"), _set("privateIpv6GoogleAccess", value="NEVER"),
+          _set("creationTimestamp", value="2026-01-01T00:00:00.000-08:00"), 404),
+    Write("serviceusage", "POST", f"v1/projects/{NUMBER}/services/tpu.googleapis.com:disable",
+          {}, {"checkIfServiceHasUsage": "CHECK"},
+          _set("colour", value="red"), _set("checkIfServiceHasUsage", value="MAYBE"), None, 404),
 ]
 
 
@@ -94,11 +123,17 @@ def fakes() -> Iterator[dict[str, str]]:
     tasks.add_queue(QUEUE)
     secrets = FakeSecretManager(project=PROJECT, access_token=TOKEN).start()
     iam = FakeIam(project=PROJECT, access_token=TOKEN).start()
+    gke = FakeContainer(project=PROJECT, access_token=TOKEN, project_number=NUMBER).start()
+    crm = FakeResourceManager(project=PROJECT, number=NUMBER, access_token=TOKEN).start()
+    compute = FakeCompute(project=PROJECT, access_token=TOKEN).start()
+    usage = FakeServiceUsage(project=PROJECT, number=NUMBER, access_token=TOKEN).start()
     try:
         yield {"tpu": tpu.url, "storage": storage.endpoint, "cloudtasks": tasks.url,
-               "secretmanager": secrets.endpoint, "iam": iam.endpoint}
+               "secretmanager": secrets.endpoint, "iam": iam.endpoint, "container": gke.endpoint,
+               "cloudresourcemanager": crm.endpoint, "compute": compute.endpoint,
+               "serviceusage": usage.endpoint}
     finally:
-        for fake in (tpu, storage, tasks, secrets, iam):
+        for fake in (tpu, storage, tasks, secrets, iam, gke, crm, compute, usage):
             fake.stop()
 
 
@@ -167,6 +202,12 @@ def test_the_documents_name_no_writable_enum_or_read_only_field_where_the_table_
     iam = Discovery.load("iam", "v1").schemas
     for ref in ("CreateServiceAccountRequest", "ServiceAccount"):
         assert not any("enum" in p for p in iam[ref]["properties"].values())
+    for api, ref in (("cloudresourcemanager", "SetIamPolicyRequest"),
+                     ("cloudresourcemanager", "Policy"), ("cloudresourcemanager", "AuditConfig"),
+                     ("cloudresourcemanager", "AuditLogConfig"),
+                     ("serviceusage", "DisableServiceRequest")):
+        props = Discovery.load(api, "v1").schemas[ref]["properties"].values()
+        assert not any(_read_only(p) for p in props), (api, ref)
 
 
 @pytest.mark.parametrize("fake,path", [
@@ -175,6 +216,10 @@ def test_the_documents_name_no_writable_enum_or_read_only_field_where_the_table_
     ("cloudtasks", f"v2/{QUEUE}/widgets"),
     ("secretmanager", f"v1/projects/{PROJECT}/widgets"),
     ("iam", f"v1/projects/{PROJECT}/widgets"),
+    ("container", f"v1/projects/{PROJECT}/locations/us-west4/widgets"),
+    ("cloudresourcemanager", f"v1/projects/{PROJECT}/widgets"),
+    ("compute", f"projects/{PROJECT}/widgets"),
+    ("serviceusage", f"v1/projects/{NUMBER}/widgets"),
 ])
 def test_each_fake_answers_an_undocumented_path_as_googles_front_end(
         fakes: dict[str, str], fake: str, path: str) -> None:

@@ -16,6 +16,7 @@ import pytest
 from werkzeug import Response
 
 from tests.fakes.container import FakeContainer, service_disabled
+from tests.fakes.hostile_server import HostileServer, finishes_within
 from tests.fakes.iam import FakeIam
 from tests.fakes.resourcemanager import FakeResourceManager
 from tests.fakes.secretmanager import FakeSecretManager
@@ -678,3 +679,87 @@ def test_teardown_names_what_it_found_and_what_it_could_not_prove(cloud) -> None
          f"the base of deployment '{DEPLOYMENT}' in project '{PROJECT}' ({REGION}) was NOT "
          "destroyed: 1 resource(s) of its serving stacks are up, and nothing proves that no "
          "other serving stack is up (set TPUSERVE_BASE_FORCE=1 to destroy it anyway)")]
+
+
+# ----------------------------------------------------------------------------- deadline
+
+
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_preflight_ends_at_its_overall_deadline(base, monkeypatch, mode: str) -> None:
+    """A Secret Manager that never finishes an answer: the run's one deadline cuts it (on the
+    old code each of the two secrets had 30 s a try and 120 s of retries)."""
+    monkeypatch.setattr(base_check, "DEADLINE_S", {"preflight": 2.0, "teardown": 2.0},
+                        raising=False)
+    with HostileServer(mode, interval_s=0.2) as root:
+        env = {**base["env"], "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": f"{root}/"}
+        code, out, err = finishes_within(25, lambda: run(["preflight"], env, json.dumps(query())))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert "DEADLINE_EXCEEDED" in line and "within 2 s in all (its overall deadline)" in line
+
+
+def test_teardown_ends_at_its_overall_deadline_and_keeps_the_base(cloud, monkeypatch) -> None:
+    monkeypatch.setattr(base_check, "DEADLINE_S", {"preflight": 2.0, "teardown": 2.0},
+                        raising=False)
+    cloud["tpu"].stall_next(600, method="GET", times=1000)
+    code, out, err = finishes_within(25, lambda: run(["teardown"], teardown_env(cloud)))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert "DEADLINE_EXCEEDED" in line and "within 2 s in all" in line
+    assert "was NOT destroyed" in line
+
+
+# ----------------------------------------------------------------------------- outside probes
+
+
+def test_teardown_refuses_a_location_without_its_id(cloud) -> None:
+    """A location of the region named without locationId: its zone (and its nodes) would
+    never be listed (on the old code it was dropped, and the base went)."""
+    cloud["tpu"].seed_node(PROJECT, "us-west4-b", "tpuserve-spot", labels=OURS)
+    locations = {"locations": [{"name": f"projects/{PROJECT}/locations/us-west4-a",
+                                "locationId": "us-west4-a"},
+                               {"name": f"projects/{PROJECT}/locations/us-west4-b"}]}
+    cloud["tpu"].answer_next(200, json.dumps(locations), path_contains="/locations")
+    assert refused(cloud) == (
+        f"{LOCATIONS}: 200 OK: the answer lists a location without a locationId "
+        f"('projects/{PROJECT}/locations/us-west4-b'): its zone is unknown")
+
+
+@pytest.mark.parametrize("domain", ["example.com", ""])
+def test_teardown_refuses_service_disabled_of_another_domain(cloud, domain: str) -> None:
+    """ErrorInfo's reason is unique only within its domain: SERVICE_DISABLED is
+    googleapis.com's (on the old code any domain, or none, was taken as Google's)."""
+    answer = json.loads(disabled_body(PROJECT, "tpu.googleapis.com", "Cloud TPU API"))
+    answer["error"]["details"][0]["domain"] = domain
+    cloud["tpu"].answer_next(403, json.dumps(answer))
+    assert (f"(its ErrorInfo's domain is '{domain}', not googleapis.com)"
+            in refused(cloud))
+
+
+ERROR_200 = json.dumps({"error": {"code": 403, "message": "denied", "status": "PERMISSION_DENIED"}})
+
+
+@pytest.mark.parametrize(("fake", "path", "action", "fields"), [
+    ("tpu", "/nodes", NODES_A, "nodes, nextPageToken, unreachable"),
+    ("tpu", "/queuedResources",
+     f"list queued resources in projects/{PROJECT}/locations/us-west4-a",
+     "queuedResources, nextPageToken, unreachable"),
+    ("gke", "", CLUSTERS, "clusters, missingZones"),
+])
+def test_teardown_refuses_a_200_that_is_not_a_list_answer(cloud, fake, path, action,
+                                                          fields) -> None:
+    """proto3 JSON omits an empty list, so `{}` is an empty list; an object with none of the
+    list's fields (a 200 carrying an error, a proxy's own JSON) is not a list answer (on the
+    old code its missing list was taken as empty, and the base went)."""
+    cloud[fake].answer_next(200, ERROR_200, path_contains=path, times=100)
+    assert refused(cloud) == (f"{action}: 200 OK: the answer has none of the list's fields "
+                              f"({fields}) but error: it is not a list answer, and proves "
+                              "nothing")
+
+
+def test_teardown_takes_an_empty_object_as_an_empty_list(cloud) -> None:
+    """What Google sends for a zone without nodes (proto3 JSON omits the empty list)."""
+    cloud["tpu"].answer_next(200, "{}", path_contains="/nodes", times=100)
+    cloud["gke"].answer_next(200, "{}")
+    code, out, err = run(["teardown"], teardown_env(cloud))
+    assert (code, err) == (0, "") and out.endswith(": the base may go\n")

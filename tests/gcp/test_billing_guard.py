@@ -367,3 +367,84 @@ def test_a_task_name_kept_by_cloud_tasks_is_not_taken_for_a_guard(apis: Apis) ->
     else:
         pytest.fail("arming never ran out of names")
     assert apis.tasks.task_names() == []
+
+
+# ---------------------------------------------------------------- issue 22: one overall deadline
+
+
+@pytest.mark.parametrize(("command", "mode"), [("arm", "trickle"), ("arm", "hang"),
+                                               ("disarm", "trickle")])
+def test_a_run_ends_at_its_overall_deadline(apis: Apis, monkeypatch, command: str,
+                                            mode: str) -> None:
+    """Cloud Tasks answering a byte at a time (or not at all): the run's one deadline cuts
+    it, one line naming the bound (on the old code each call had 30 s a try, 120 s of
+    retries, and a run as many calls as the task list has pages)."""
+    from tests.fakes.hostile_server import HostileServer, finishes_within
+    from tpuserve.gcp import billing_guard
+
+    monkeypatch.setattr(billing_guard, "DEADLINE_S", 2.0, raising=False)
+    apis.seed_node(CREATED)
+    with HostileServer(mode, interval_s=0.2) as root:
+        env = _guard_env(apis, CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDTASKS=f"{root}/",
+                         TPUSERVE_TIME_SCALE="0")
+        out, err = io.StringIO(), io.StringIO()
+        code = finishes_within(25, lambda: main([command], environ=env, stdout=out, stderr=err))
+    assert (code, out.getvalue()) == (1, "")
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith(f"tpuserve: billing guard {command}: ")
+    assert "DEADLINE_EXCEEDED" in line and "within 2 s in all (its overall deadline)" in line
+
+
+# ---------------------------------------------------------------- issue 22: a list proves nothing
+@pytest.mark.parametrize(("command", "answer", "said"), [
+    ("disarm", '{"tasks": null}', "'tasks' is null, not a list"),
+    ("disarm", '{"tasks": "x"}', "'tasks' is a string, not a list"),
+    ("disarm", '{"tasks": [7]}', "'tasks' holds a number, not an object"),
+    ("disarm", '{"tasks": [], "nextPageToken": 7}', "nextPageToken is a number"),
+    ("disarm", '{"tasks": [], "nextPageToken": "same"}', "repeated page token 'same'"),
+    ("arm", '{"tasks": null}', "'tasks' is null, not a list"),
+])
+def test_a_task_list_that_is_not_the_documented_answer_proves_nothing(
+        apis: Apis, command: str, answer: str, said: str) -> None:
+    """A ListTasksResponse that is not one is not "no tasks": disarm would report a queue it
+    never read as clean (a task left there deletes a new node of the same name at the old
+    deadline), arm would leave an old deadline in place. On the old code `null` was a
+    traceback, a string or [7] counted as no tasks, and a repeated token looped for ever."""
+    from werkzeug import Response
+
+    from tests.fakes.hostile_server import finishes_within
+    from tests.fakes.metadata import LoopbackServer
+
+    apis.seed_node(CREATED)
+    server = LoopbackServer(lambda _r: Response(answer, 200, mimetype="application/json"))
+    server.start()
+    try:
+        env = _guard_env(apis, CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDTASKS=(
+            f"http://127.0.0.1:{server.port}/"), TPUSERVE_TIME_SCALE="0")
+        out, err = io.StringIO(), io.StringIO()
+        code = finishes_within(25, lambda: main([command], environ=env, stdout=out, stderr=err))
+    finally:
+        server.stop()
+    assert (code, out.getvalue()) == (1, "")
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith(f"tpuserve: billing guard {command}: ")
+    assert said in line and "list the billing guard tasks" in line
+
+
+@pytest.mark.parametrize("name", ["projects/proj-test-1/locations/us-west4-a/nodes/another",
+                                  None])
+def test_arm_refuses_a_node_answer_that_is_another_node(apis: Apis, name: str | None) -> None:
+    """Another node's createTime (or an answer naming none) would set this node's deadline:
+    one line, no task (on the old code the task was armed at the stranger's deadline)."""
+    apis.seed_node(CREATED)
+    stranger = {"createTime": "2020-01-01T00:00:00Z", "state": "READY",
+                **({"name": name} if name else {})}
+    apis.tpu.answer_next(200, json.dumps(stranger), method="GET")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["arm"], environ=_guard_env(apis), stdout=out, stderr=err)
+    assert (code, out.getvalue()) == (1, "")
+    shown = repr(name) if name else "missing"
+    assert err.getvalue() == (f"tpuserve: billing guard arm: get node {apis.target.node}: 200 "
+                              f"OK: the answer is not node {apis.target.node} (its name is "
+                              f"{shown}): it proves nothing\n")
+    assert apis.tasks.task_names() == []

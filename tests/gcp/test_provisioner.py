@@ -139,3 +139,44 @@ def test_progress_is_a_spinner_on_a_terminal_and_lines_elsewhere() -> None:
     ]
     assert "\x1b[" in tty.getvalue()  # rich drew on the terminal
     assert tty.getvalue().count("queued resource tpuserve-flex: ACTIVE") >= 1
+
+
+@pytest.mark.parametrize(("other", "shown"), [
+    (f"projects/{PROJECT}/locations/{ZONE}/queuedResources/someone-else",
+     f"'projects/{PROJECT}/locations/{ZONE}/queuedResources/someone-else'"),
+    (None, "missing"),
+])
+def test_probe_refuses_an_answer_that_is_another_qr(fast_api, env, other, shown) -> None:
+    """A live QR, and a 200 that is another (dead) QR, or none: taken as this one's state it
+    would plan a replacement of the live one (on the old code: a new generation)."""
+    fast_api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(), generation="gen-live")
+    answer = {"state": {"state": "SUSPENDED"}, **({"name": other} if other else {})}
+    fast_api.answer_next(200, json.dumps(answer), method="GET", path_contains="queuedResources")
+    code, out, err = run_cli(["probe"], env, json.dumps({"name": REF.name}))
+    assert (code, out) == (1, "")
+    assert err == (f"tpuserve: get queued resource {REF.name}: 200 OK: the answer is not queued "
+                   f"resource {REF.name} (its name is {shown}): it proves nothing\n")
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"tpu": None}, "its tpu is null"),
+    ({"tpu": {"nodeSpec": []}}, "its tpu.nodeSpec is empty"),
+    ({"tpu": {"nodeSpec": None}}, "its tpu.nodeSpec is null"),
+    ({"tpu": {"nodeSpec": [None]}}, "a tpu.nodeSpec entry is not a NodeSpec with a node object"),
+    ({"state": "ACTIVE"}, "its state is a string, not a QueuedResourceState object"),
+])
+@pytest.mark.parametrize("command", ["probe", "converge"])
+def test_a_qr_answer_that_is_not_a_tpu_queued_resource_proves_nothing(
+        fast_api, env, change, said, command) -> None:
+    """The QR's own name, but not its documented shape: one line, exit 1 (on the old code a
+    traceback, or for an empty nodeSpec a live unlabelled QR: a new generation, so a plan
+    that replaces the live QR)."""
+    fast_api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(), generation="gen-live")
+    answer = {"name": REF.name, "state": {"state": "ACTIVE"}, "tpu": body()["tpu"], **change}
+    fast_api.answer_next(200, json.dumps(answer), method="GET", path_contains="queuedResources",
+                         times=50)
+    extra = {"TPUSERVE_QR_BODY": json.dumps(body())} if command == "converge" else {}
+    code, out, err = run_cli([command], {**env, **extra}, json.dumps({"name": REF.name}))
+    assert (code, out) == (1, "")
+    assert err == (f"tpuserve: get queued resource {REF.name}: 200 OK: the answer is not a TPU "
+                   f"queued resource ({said}): it proves nothing\n")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.hostile_server import finishes_within
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Clock, body, one_line, run_module
 from tpuserve.gcp.provisioner import converge, main, merged_metadata
@@ -489,3 +490,74 @@ def test_an_interrupted_recreate_says_the_qr_was_deleted(queued_api: FakeTpuApi,
         f"tpuserve: interrupted; the queued resource {REF.name} (it was WAITING_FOR_RESOURCES, "
         "no capacity yet) was DELETED to change its metadata, and whether its re-create took "
         "could not be read: run `cdktf deploy flex`, which adopts the new one or creates it anew")
+
+
+# ----------------------------------------------------------------------------- --timeout
+
+
+@pytest.mark.parametrize("stalled", ["queuedResources", "nodes"])
+def test_the_timeout_bounds_every_read_beneath_it(api, stalled: str) -> None:
+    """A QR read (or the node's) that answers its headers, then nothing, is cut by converge's
+    --timeout: one line naming it, exit 1, the node untouched (on the old code the QR's reads
+    had only the edge's 30 s per try and 120 s per call, retries included)."""
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.stall_next(600, method="GET", path_contains=f"/{stalled}/", times=100)
+    code, out, err = finishes_within(25, lambda: run_cli(converge_env(api), "--timeout", "2"))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert "DEADLINE_EXCEEDED" in line and "--timeout" in line
+    assert not api.calls("PATCH") and not api.calls("DELETE")
+    assert api.node_json(QR_ID)["metadata"] == {"startup-script": OLD}
+
+
+# ------------------------------------------- outside probes: what happened to the capacity
+def test_a_delete_refused_as_a_rate_limit_says_the_qr_is_kept(queued_api: FakeTpuApi) -> None:
+    """A 429 RATE_LIMIT_EXCEEDED that outlasts the edge's retries on converge's delete: the QR
+    is still queued, with its place and its old metadata; the line says so and how to
+    converge again (on the old code it said only the 429 and a quota hint)."""
+    api = queued_api
+    _queued(api)
+    api.fail_next(429, "RESOURCE_EXHAUSTED", "Too many requests", method="DELETE",
+                  details=RATE_LIMITED, times=99)
+    code, out, err = run_cli(converge_env(api, generation="gen-1", TPUSERVE_TIME_SCALE="0"))
+    assert (code, out) == (1, "")
+    line = one_line(err)
+    assert f"delete queued resource {REF.name}: 429 RESOURCE_EXHAUSTED" in line
+    assert line.endswith(f"; the queued resource {REF.name} was NOT deleted: it is "
+                         "WAITING_FOR_RESOURCES and keeps its place in the queue, with the old "
+                         "metadata its node would boot with: run `cdktf deploy flex` to "
+                         "converge it again")
+    assert api.state_of(QR_ID) == "WAITING_FOR_RESOURCES" and not api.calls("POST")
+
+
+def test_a_qr_gone_between_the_read_and_the_delete_is_created_anew_and_said(
+        queued_api: FakeTpuApi) -> None:
+    """Someone else's delete lands between converge's read and its own: nothing of converge's
+    was deleted, so the line does not claim it gave up the queue place (the old one did)."""
+    api = queued_api
+    _queued(api)
+    api.after_next(lambda: api.remove_queued_resource(QR_ID), method="GET")
+    code, out, err = run_cli(converge_env(api, generation="gen-1", TPUSERVE_TIME_SCALE="0"))
+    assert code == 0, err
+    assert out == (f"tpuserve: created {REF.name} anew with the new metadata: it was "
+                   "WAITING_FOR_RESOURCES (no capacity yet) and was gone before converge's "
+                   "delete; now WAITING_FOR_RESOURCES\n")
+    assert not api.calls("DELETE")
+    qr = api.queued_resource(QR_ID)
+    assert qr is not None and qr["tpu"]["nodeSpec"][0]["node"]["metadata"] == {
+        "startup-script": NEW}
+
+
+@pytest.mark.parametrize(("grpc", "status"), [(13, "500 INTERNAL"),
+                                              (9, "400 FAILED_PRECONDITION")])
+def test_a_patch_whose_operation_fails_says_the_capacity_is_kept(api, grpc: int,
+                                                                 status: str) -> None:
+    api.seed_queued_resource(PROJECT, ZONE, QR_ID, body=body(startup_script=OLD))
+    api.fail_next_patch_operation(grpc, "fake: the node could not be updated")
+    code, _, err = run_cli(converge_env(api))
+    line = one_line(err)
+    assert code == 1 and f"update the metadata of node {NODE}: {status}" in line
+    assert line.endswith(f"; nothing was deleted: the node {NODE} and its flex-start capacity "
+                         "are kept, and its metadata may still be the old one: run `cdktf "
+                         "deploy flex` to converge it again")
+    assert api.state_of(QR_ID) == "ACTIVE" and not api.calls("DELETE")

@@ -61,6 +61,18 @@ def json_kind(data: Any) -> str:
             float: "a number", dict: "an object"}.get(type(data), type(data).__name__)
 
 
+def not_a_list_answer(answer: Mapping[str, Any], fields: tuple[str, ...]) -> str | None:
+    """Why a 2xx answer to a List method is not one, or None. proto3 JSON omits empty repeated
+    fields and empty strings, so `{}` is the documented answer of an empty list; an answer
+    with fields but none of its list's (a 200 carrying `error`, a proxy's own object) is not
+    that answer, and its missing list proves nothing."""
+    if not answer or any(f in answer for f in fields):
+        return None
+    others = ", ".join(sorted(map(str, answer))[:3])
+    return (f"the answer has none of the list's fields ({', '.join(fields)}) but {others}: "
+            "it is not a list answer, and proves nothing")
+
+
 class GoogleApi:
     """One Google REST API: its root, an authorized session, retries, one-line errors."""
 
@@ -83,6 +95,7 @@ class GoogleApi:
         self._rand = rand
         self.policy = policy or RetryPolicy.from_env(environ)
         self.deadline: float | None = None  # the running command's end (absolute clock time)
+        self.deadline_hint = DEADLINE_HINT  # what a cut by that deadline tells the user to do
         # Did an earlier try of the last request fail in a way that may have acted (no answer,
         # or a 5xx)? A create that then gets 409 may be looking at its own resource.
         self.earlier_try_unanswered = False
@@ -188,23 +201,26 @@ class GoogleApi:
         return min(self.timeout, self.deadline - self._clock())
 
     @contextlib.contextmanager
-    def deadline_within(self, seconds: float) -> Iterator[float]:
+    def deadline_within(self, seconds: float, *, hint: str | None = None) -> Iterator[float]:
         """Every call inside this block, its retries and each try's last byte included, ends
-        within SECONDS (or an enclosing block's deadline, if sooner); yields the start."""
-        start, outer = self._clock(), self.deadline
+        within SECONDS (or an enclosing block's deadline, if sooner); yields the start. HINT:
+        what a call cut inside the block tells the user (a program without --timeout or
+        --deadline names its own bound)."""
+        start, outer, outer_hint = self._clock(), self.deadline, self.deadline_hint
         end = start + seconds
         self.deadline = end if outer is None else min(outer, end)
+        self.deadline_hint = hint or outer_hint
         try:
             yield start
         finally:
-            self.deadline = outer
+            self.deadline, self.deadline_hint = outer, outer_hint
 
     def _cut(self, action: str, budget: float) -> ApiError:
         host = urlsplit(self.root).netloc
         what = (f"no complete answer from {host} within {budget:.1f} s" if budget > 0
                 else f"the command's deadline passed before {host} was asked")
         return ApiError(0, "DEADLINE_EXCEEDED", what, action=action, service=self.service,
-                        hint=DEADLINE_HINT)
+                        hint=self.deadline_hint)
 
     def _bounded_request(self, method: str, url: str, params: Mapping[str, Any] | None,
                          body: Any, budget: float, action: str) -> requests.Response:

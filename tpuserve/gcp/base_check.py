@@ -26,12 +26,19 @@ zone), or an API proven off in this very project (tpuserve.gcp.service_disabled)
 else is ONE line naming what could not be proven, exit 1. TPUSERVE_BASE_FORCE=1: the same
 lines as warnings, exit 0.
 
+Each run ends within DEADLINE_S (preflight 300 s, teardown 600 s): every call beneath it, its
+retries and each try's last byte included, is bounded by it (the edge's `deadline_within`), so
+an API that hangs or trickles its answer cannot hold a plan or a destroy; Terraform's
+`external` data source and `local-exec` have no timeout of their own. A call cut by it is one
+line naming the bound (teardown: nothing is proven, the base is not destroyed).
+
 Errors are one line on stderr (exit 1; bad input: exit 2), never a traceback. Calls go through
 the Google API edge (tpuserve.gcp.api): its endpoint overrides, credentials and retries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -40,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from tpuserve.bounded_call import client_deadline
 from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
 from tpuserve.gcp.endpoints import IAM_API, SECRETMANAGER_API, STORAGE_JSON_API, TPU_API
 from tpuserve.gcp.errors import ApiError
@@ -54,6 +62,10 @@ from tpuserve.gcp.tpu.listing import (
 )
 
 PROG = "python -m tpuserve.base_check"
+
+# One run's bound, every call and retry beneath it included (the edge caps one try at 30 s and
+# one call's retries at 120 s; teardown lists two kinds in each zone of a region, and GKE).
+DEADLINE_S = {"preflight": 300.0, "teardown": 600.0}
 
 # preflight's query (Terraform's `external` data source sends strings only).
 REQUIRED_KEYS = ("project", "deployment", "region", "base_command")
@@ -453,9 +465,15 @@ def main(
             raise UsageError(f"expected one command, preflight or teardown (got "
                              f"{' '.join(args) or 'none'}); see {PROG} --help")
         clients = apis if apis is not None else make_apis(env)
-        if args[0] == "preflight":
-            return preflight(stdin or sys.stdin, out, err, clients)
-        return teardown(env, out, err, clients)
+        seconds = DEADLINE_S[args[0]]
+        hint = (f"{PROG} {args[0]} ends every call within {seconds:g} s in all (its overall "
+                "deadline): try again once the API answers")
+        with contextlib.ExitStack() as bounds:
+            for api in {id(a): a for a in clients.values()}.values():
+                bounds.enter_context(client_deadline(api, seconds, hint=hint))
+            if args[0] == "preflight":
+                return preflight(stdin or sys.stdin, out, err, clients)
+            return teardown(env, out, err, clients)
     except UsageError as exc:
         print(f"tpuserve: {exc}", file=err)
         return 2

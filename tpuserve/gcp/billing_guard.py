@@ -19,11 +19,17 @@ themselves (read the node, create the task) are the caller's and follow its over
 Used by the TPU VM stacks' `terraform_data.billing_guard` provisioners
 (`python -m tpuserve.billing_guard arm|disarm`, inputs in TPUSERVE_GUARD_* variables) and by
 `tpuserve recover`, which re-arms after replacing a node.
+
+One run of `arm` or `disarm` ends within DEADLINE_S (300 s): every call beneath it (the node's
+read, the task list's pages, each create and delete), its retries and each try's last byte
+included, is bounded by it (the edge's `deadline_within`); Terraform's local-exec has no
+timeout of its own. A call cut by it is one line naming the bound, exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -35,14 +41,18 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from tpuserve.facts import CLOUD_PLATFORM_SCOPE
-from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
 from tpuserve.gcp.endpoints import TPU_API, guard_task_root
 from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.tpu.listing import pages
 
 CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
 TASKS_VERSION = "v2"
 # Cloud Tasks refuses a scheduleTime more than 30 days ahead (config: max_run_hours <= 720).
 MAX_SCHEDULE_S = 30 * 24 * 3600
+# One arm or disarm run's bound, every call and retry beneath it included (the edge caps one try
+# at 30 s and one call's retries at 120 s).
+DEADLINE_S = 300.0
 
 ENV_NODE = "TPUSERVE_GUARD_NODE"  # projects/P/locations/Z/nodes/N
 ENV_QUEUE = "TPUSERVE_GUARD_QUEUE"  # projects/P/locations/R/queues/Q
@@ -163,16 +173,13 @@ class CloudTasks(GoogleApi):
                             action=f"create the billing guard task in {queue}")
 
     def list_tasks(self, queue: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            params = {"pageSize": 1000, **({"pageToken": token} if token else {})}
-            page = self.request("GET", f"{TASKS_VERSION}/{queue}/tasks", params=params,
-                                action=f"list the billing guard tasks of {queue}")
-            out.extend(t for t in page.get("tasks", []) if isinstance(t, dict))
-            token = str(page.get("nextPageToken") or "")
-            if not token:
-                return out
+        """Every task of the queue, every page (ListTasksResponse: `tasks`, omitted when none,
+        and `nextPageToken`). An answer that is not that shape (`tasks` null or not a list of
+        objects, a token that is not a string or repeats) proves nothing: UnprovenAnswer, not
+        "no tasks", so arm never leaves an old deadline in place and disarm never reports a
+        queue it could not read as clean."""
+        return list(pages(self, f"{TASKS_VERSION}/{queue}/tasks", "tasks",
+                          action=f"list the billing guard tasks of {queue}", page_size=1000))
 
     def delete_task(self, name: str) -> bool:
         """True when deleted, False when it was gone already."""
@@ -270,12 +277,26 @@ def disarm(target: GuardTarget, *, tasks: CloudTasks) -> list[str]:
 
 
 def _get_node(tpu: GoogleApi, target: GuardTarget) -> dict[str, Any] | None:
+    """The node, or None when it does not exist. A 200 proves it only with the node itself (its
+    `name`; the project may be named by number): another node's createTime would set this
+    one's deadline."""
+    action = f"get node {target.node}"
     try:
-        return tpu.request("GET", f"v2/{target.node}", action=f"get node {target.node}")
+        data = tpu.request("GET", f"v2/{target.node}", action=action)
     except ApiError as exc:
         if exc.code == 404:
             return None
         raise
+    m = _NODE_RE.fullmatch(target.node)
+    assert m is not None  # GuardTarget checked it
+    name = data.get("name")
+    if not (isinstance(name, str) and re.fullmatch(
+            rf"projects/[^/]+/locations/{re.escape(m.group(2))}/nodes/{re.escape(m.group(3))}",
+            name)):
+        shown = repr(name)[:80] if name is not None else "missing"
+        raise UnprovenAnswer(200, f"the answer is not node {target.node} (its name is {shown}): "
+                             "it proves nothing", action=action, service=tpu.service)
+    return data
 
 
 class GuardApi:
@@ -326,17 +347,22 @@ def main(argv: list[str] | None = None, *, environ: Mapping[str, str] | None = N
     )
     parser.add_argument("command", choices=("arm", "disarm"))
     args = parser.parse_args(argv)
+    hint = (f"billing guard {args.command} ends every call within {DEADLINE_S:g} s in all (its "
+            "overall deadline): run it again once the API answers")
     try:
         target = target_from_env(env, endpoint=args.command == "arm")
         tasks = CloudTasks(environ=env)
-        if args.command == "arm":
-            tpu = GoogleApi("tpu", TPU_API, environ=env)
-            print(f"tpuserve: {target.node_id}: {arm(target, tasks=tasks, tpu=tpu).describe()}",
-                  file=out)
-        else:
-            removed = disarm(target, tasks=tasks)
-            print(f"tpuserve: {target.node_id}: billing guard disarmed ({len(removed)} task(s) "
-                  "deleted)", file=out)
+        with contextlib.ExitStack() as bounds:
+            bounds.enter_context(tasks.deadline_within(DEADLINE_S, hint=hint))
+            if args.command == "arm":
+                tpu = GoogleApi("tpu", TPU_API, environ=env)
+                bounds.enter_context(tpu.deadline_within(DEADLINE_S, hint=hint))
+                print(f"tpuserve: {target.node_id}: "
+                      f"{arm(target, tasks=tasks, tpu=tpu).describe()}", file=out)
+            else:
+                removed = disarm(target, tasks=tasks)
+                print(f"tpuserve: {target.node_id}: billing guard disarmed ({len(removed)} "
+                      "task(s) deleted)", file=out)
     except ValueError as exc:
         print(f"tpuserve: {exc}", file=err)
         return 2

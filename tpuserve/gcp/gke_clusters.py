@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind, not_a_list_answer
 
 CONTAINER_API = "https://container.googleapis.com/"  # CLOUDSDK_API_ENDPOINT_OVERRIDES_CONTAINER
 CONTAINER_SERVICE = "container"
@@ -57,6 +57,9 @@ def clusters_in_region(api: GoogleApi, project: str, region: str) -> list[Cluste
     if answer.get("nextPageToken"):  # ListClustersResponse is not paged: a page is not all
         raise unproven("the answer is paged (nextPageToken), which clusters.list does not "
                        "document: the other pages are unknown")
+    odd_answer = not_a_list_answer(answer, ("clusters", "missingZones"))
+    if odd_answer:
+        raise unproven(odd_answer)
     items = answer.get("clusters", [])
     if not isinstance(items, list):
         raise unproven(f"the answer's 'clusters' is {json_kind(items)}, not a list")

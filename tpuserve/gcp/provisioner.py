@@ -12,6 +12,9 @@ create and converge read the body from --body-file, else $TPUSERVE_QR_BODY_GZ (g
 base64-coded: what the stack passes, Terraform's base64gzip), else $TPUSERVE_QR_BODY (plain
 JSON, for hand runs), and the generation
 label from $TPUSERVE_QR_GENERATION (or --generation; converge falls back to the QR's own).
+create, delete and converge end within their --timeout (converge: 1800 s by default), every
+API call beneath it, its retries and each try's last byte included; probe and describe make one
+read, bounded by the edge's per-call retry deadline (120 s).
 An error prints one line to stderr and exits 1 (bad input: 2); never a traceback. Progress is
 one line per state change (a spinner on a terminal).
 """
@@ -175,7 +178,20 @@ def converge(
     ACTIVE. Dead (SUSPENDING, SUSPENDED, FAILED) or DELETING: nothing; the plan-time probe
     replaces it.
     Missing: QueuedResourceError (Terraform created it first). An unknown state: UnknownState.
+
+    `timeout` bounds every call beneath it (the QR's reads, the delete, the re-create, the
+    node's reads and PATCH), its retries and each try's last byte included (the client's
+    `deadline_within`): a call it cuts is one line naming --timeout.
     """
+    with client.deadline_within(timeout):
+        return _converge(client, ref, body, generation, timeout=timeout, progress=progress,
+                         create=create)
+
+
+def _converge(
+    client: TpuClient, ref: QueuedResourceRef, body: Mapping[str, Any], generation: str, *,
+    timeout: float, progress: Progress, create: Callable[[dict[str, Any], str], CreateResult],
+) -> str:
     desired = body_metadata(body)
     start = client.clock()
     for _ in range(_CONVERGE_LOOKS):
@@ -207,10 +223,13 @@ def converge(
             return (f"tpuserve: queued resource {ref.name} is {state}: metadata unchanged (its "
                     "node will boot with it)")
         try:
-            client.delete_queued_resource(ref, timeout=remaining, on_progress=progress,
-                                          spare=CAPACITY_STATES)
+            deleted = client.delete_queued_resource(ref, timeout=remaining,
+                                                    on_progress=progress, spare=CAPACITY_STATES)
         except Spared:
             continue  # capacity came meanwhile: look again (and update the node in place)
+        except (ApiError, QueuedResourceError) as exc:  # a refused delete (a 429), a timeout
+            exc.add_note(_after_failed_delete(client, ref, state))
+            raise
         try:
             result = _recreate(client, create, body, generation or qr.generation or "",
                                end=start + timeout)
@@ -220,6 +239,10 @@ def converge(
         except KeyboardInterrupt as exc:  # no call now: say what is known
             exc.add_note(_after_delete(None, ref, state))
             raise
+        if not deleted:  # gone between converge's read and its delete (someone else's)
+            return (f"tpuserve: created {ref.name} anew with the new metadata: it was {state} "
+                    "(no capacity yet) and was gone before converge's delete; now "
+                    f"{result.queued_resource.state}")
         return (f"tpuserve: recreated {ref.name} with the new metadata: it was {state} (no "
                 "capacity yet), so it lost only its place in the queue; now "
                 f"{result.queued_resource.state}")
@@ -267,6 +290,23 @@ def _after_delete(client: TpuClient | None, ref: QueuedResourceRef, state: str) 
                 "(its place in the queue is lost)")
     return (f"{deleted}; a new one was created and is {now.state}: run `{RESTORE_COMMAND}`, "
             "which keeps it if it is alive and replaces it if it is not")
+
+
+def _after_failed_delete(client: TpuClient, ref: QueuedResourceRef, state: str) -> str:
+    """What a failed delete in converge left, read again, and what restores it."""
+    try:
+        now = client.get_queued_resource(ref)
+    except ApiError:
+        return (f"whether the queued resource {ref.name} (it was {state}, no capacity yet) was "
+                f"deleted could not be read: run `{RESTORE_COMMAND}`, which keeps it if it is "
+                "alive and creates it anew if it is not")
+    if now is None or now.state == "DELETING":
+        return (f"the queued resource {ref.name} (it was {state}, no capacity yet) is "
+                f"{'gone' if now is None else 'being DELETED'} and is NOT re-created: run "
+                f"`{RESTORE_COMMAND}` to create it anew (its place in the queue is lost)")
+    return (f"the queued resource {ref.name} was NOT deleted: it is {now.state} and keeps its "
+            f"place in the queue, with the old metadata its node would boot with: run "
+            f"`{RESTORE_COMMAND}` to converge it again")
 
 
 def _read_metadata(client: TpuClient, node: str) -> dict[str, str]:
@@ -322,7 +362,13 @@ def _converge_node(
     before = _read_metadata(client, node)  # immediately before the PATCH
     for _ in range(METADATA_ROUNDS):
         wanted = merged_metadata(before, desired, managed)
-        _patch_metadata(client, node, wanted, end=end)
+        try:
+            _patch_metadata(client, node, wanted, end=end)
+        except (ApiError, QueuedResourceError) as exc:  # refused, failed or timed out
+            exc.add_note(f"nothing was deleted: the node {node} and its flex-start capacity "
+                         "are kept, and its metadata may still be the old one: run "
+                         f"`{RESTORE_COMMAND}` to converge it again")
+            raise
         after = _read_metadata(client, node)
         lost = {k: v for k, v in before.items()
                 if k not in managed and k not in desired and k not in after}

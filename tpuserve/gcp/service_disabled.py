@@ -5,10 +5,10 @@ metadata: {service, consumer: "projects/<number>", ...}} when the API is off in 
 project: the project the call is billed to, which is the resource's project unless the caller
 set a quota project (gcloud's billing/quota_project, the application-default credentials'
 quota_project_id, X-Goog-User-Project), in which case it is that one. So the answer proves
-"nothing of this API in project P" only when its ErrorInfo names `service` and its consumer is
-P: by id, or by number as Cloud Resource Manager v1 `projects.get` reads it (Project.projectId
-and Project.projectNumber, cloudresourcemanager.v1 discovery document). Anything less is not
-proof.
+"nothing of this API in project P" only when its ErrorInfo (domain googleapis.com) names
+`service` and its consumer is P: by id, or by number as Cloud Resource Manager v1
+`projects.get` reads it (Project.projectId and Project.projectNumber, cloudresourcemanager.v1
+discovery document). Anything less is not proof.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from tpuserve.gcp.errors import ApiError
 
 CRM_API = "https://cloudresourcemanager.googleapis.com/"  # ..._OVERRIDES_CLOUDRESOURCEMANAGER
 CRM_SERVICE = "cloudresourcemanager"
+# ErrorInfo.domain of Google's own reasons (google.rpc.ErrorInfo: "The reason is unique within
+# the domain"; SERVICE_DISABLED is googleapis.com's).
+GOOGLE_DOMAIN = "googleapis.com"
 _NUMBER_CONSUMER = re.compile(r"projects/(\d{1,20})")
 
 
@@ -46,6 +49,9 @@ def disabled_in(exc: ApiError, project: str, service: str, crm: GoogleApi | None
     if exc.reason != "SERVICE_DISABLED":
         return Verdict(False, consumer, "the answer carries no ErrorInfo SERVICE_DISABLED "
                        "naming its consumer")
+    if exc.details.domain != GOOGLE_DOMAIN:  # a reason means what it does only in its domain
+        return Verdict(False, consumer, f"its ErrorInfo's domain is "
+                       f"'{exc.details.domain}', not {GOOGLE_DOMAIN}")
     api = f"{service}.googleapis.com"
     if meta.get("service") != api:
         return Verdict(False, consumer, f"its ErrorInfo names service "

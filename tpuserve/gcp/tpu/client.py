@@ -12,11 +12,12 @@ queue and says so: the next deploy adopts it.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind
 from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import CREATE_TRANSIENT_CODES, RetryPolicy
@@ -77,6 +78,27 @@ def _failed_op(op: Mapping[str, Any], action: str) -> ApiError | None:
     return None
 
 
+def _not_a_tpu_queued_resource(data: Mapping[str, Any]) -> str | None:
+    """What in a QR answer is not the documented shape the reads below rely on (v2alpha1
+    QueuedResource: `state` a QueuedResourceState object, `tpu.nodeSpec` a non-empty list of
+    NodeSpec objects, each `node` an object), or None. Read as it is, a QR with no node spec
+    would look live and unlabelled (the probe would plan a replacement) and the rest would be
+    a traceback."""
+    state = data.get("state")
+    if not isinstance(state, dict):
+        return f"its state is {json_kind(state)}, not a QueuedResourceState object"
+    tpu = data.get("tpu")
+    specs = tpu.get("nodeSpec") if isinstance(tpu, dict) else None
+    if not (isinstance(specs, list) and specs):
+        return ("its tpu is " + json_kind(tpu) if not isinstance(tpu, dict)
+                else f"its tpu.nodeSpec is {json_kind(specs) if specs != [] else 'empty'}")
+    for spec in specs:
+        node = spec.get("node") if isinstance(spec, dict) else None
+        if not isinstance(node, dict):
+            return "a tpu.nodeSpec entry is not a NodeSpec with a node object"
+    return None
+
+
 class TpuClient(NodeCalls, GoogleApi):
     """TPU API calls: queued resources (REST v2alpha1) and nodes (google-cloud-tpu)."""
 
@@ -100,14 +122,28 @@ class TpuClient(NodeCalls, GoogleApi):
     # -- queued resources (REST v2alpha1)
 
     def get_queued_resource(self, ref: QueuedResourceRef) -> QueuedResource | None:
-        """The QR, or None when it does not exist."""
+        """The QR, or None when it does not exist. A 200 proves it only with the QR itself:
+        an answer whose `name` is another QR's (or none) is an UnprovenAnswer (its state would
+        decide whether this one is replaced or deleted). The project may be named by number."""
+        action = f"get queued resource {ref.name}"
         try:
-            data = self.request("GET", f"{API_VERSION}/{ref.name}",
-                                action=f"get queued resource {ref.name}")
+            data = self.request("GET", f"{API_VERSION}/{ref.name}", action=action)
         except ApiError as exc:
             if exc.code == 404:
                 return None
             raise
+        name = data.get("name")
+        if not (isinstance(name, str) and re.fullmatch(
+                rf"projects/[^/]+/locations/{re.escape(ref.zone)}/queuedResources/"
+                rf"{re.escape(ref.queued_resource_id)}", name)):
+            shown = repr(name)[:80] if name is not None else "missing"
+            raise UnprovenAnswer(200, f"the answer is not queued resource {ref.name} (its name "
+                                 f"is {shown}): it proves nothing", action=action,
+                                 service=self.service)
+        odd = _not_a_tpu_queued_resource(data)
+        if odd:
+            raise UnprovenAnswer(200, f"the answer is not a TPU queued resource ({odd}): it "
+                                 "proves nothing", action=action, service=self.service)
         return QueuedResource.from_json(data)
 
     @contextlib.contextmanager

@@ -5,7 +5,9 @@ followed (`nextPageToken`). Raw JSON objects, labels included; no google-cloud-t
 A list is complete only as the documented ListNodesResponse / ListQueuedResourcesResponse
 shape proves it (tpu v2, v2alpha1 discovery documents): an `unreachable` location, an item
 that is not an object, a `nextPageToken` that is not a string, or (for a region) no zone at all
-raise UnprovenAnswer: an absence nothing proves is not an absence.
+raise UnprovenAnswer: an absence nothing proves is not an absence. A missing list field is an
+empty list (proto3 JSON omits empty repeated fields) only in an answer that is a list answer:
+`{}`, or one with another of its fields (api.not_a_list_answer).
 
 Any GoogleApi for the "tpu" service works, tpuserve.gcp.tpu.client.TpuClient included.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind
+from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind, not_a_list_answer
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.queued_resources import API_VERSION as QR_API_VERSION
 
@@ -35,6 +37,9 @@ def pages(api: GoogleApi, path: str, key: str, *, action: str,
         if token:
             params["pageToken"] = token
         answer = api.request("GET", path, params=params, action=action)
+        odd_answer = not_a_list_answer(answer, (key, "nextPageToken", "unreachable"))
+        if odd_answer:
+            raise UnprovenAnswer(200, odd_answer, action=action, service=api.service)
         unreachable = answer.get("unreachable", [])
         if unreachable != []:  # anything but none (an empty string included) is not "none"
             named = (", ".join(map(str, unreachable)) if isinstance(unreachable, list)
@@ -76,13 +81,23 @@ def zones_in_region(api: GoogleApi, project: str, region: str) -> list[str]:
 
     None is not an answer: a region whose TPU locations the API does not name proves nothing
     about what runs there (UnprovenAnswer)."""
-    ids = {str(loc.get("locationId", "")) for loc in list_locations(api, project)}
+    action = f"list TPU locations of project {project}"
+    ids = set()
+    for loc in list_locations(api, project):
+        # Location.locationId is what names a zone: one without it could be any zone, this
+        # region's included, whose nodes would then never be listed.
+        location_id = loc.get("locationId")
+        if not (isinstance(location_id, str) and location_id):
+            raise UnprovenAnswer(
+                200, f"the answer lists a location without a locationId "
+                f"({str(loc.get('name', 'no name'))[:80]!r}): its zone is unknown",
+                action=action, service=api.service)
+        ids.add(location_id)
     zones = sorted(i for i in ids if i.startswith(f"{region}-"))
     if not zones:
         raise UnprovenAnswer(
             200, f"the TPU API's locations of project {project} name no zone of region "
-            f"{region}: nothing proves what runs there",
-            action=f"list TPU locations of project {project}", service=api.service)
+            f"{region}: nothing proves what runs there", action=action, service=api.service)
     return zones
 
 
