@@ -451,6 +451,8 @@ def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
     end = time.monotonic() + DEADLINE_S  # wall time: TPUSERVE_TIME_SCALE scales only pauses
     for api in apis.values():
         api.deadline = end
+        api.deadline_hint = (f"{PROG} preflight ends every call within {DEADLINE_S:g} s in all "
+                             "(its overall deadline): try again once the API answers")
     return apis
 
 
