@@ -318,5 +318,5 @@ def test_one_deadline_bounds_every_call() -> None:
     assert 0 < end - time.monotonic() <= fleet_check.DEADLINE_S
     # A call cut there names this program's own bound: it has no --timeout to raise.
     hints = {api.deadline_hint for api in apis.values()}
-    assert hints == {f"{fleet_check.PROG} preflight ends every call within 90 s in all (its "
-                     "overall deadline): try again once the API answers"}
+    assert hints == {(f"{fleet_check.PROG} preflight ends every call within 90 s in all (its "
+                      "overall deadline): try again once the API answers")}
