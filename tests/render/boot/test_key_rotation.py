@@ -177,3 +177,24 @@ def test_a_refresher_killed_between_the_rewrite_and_the_reload_is_finished_by_th
     assert _get(port, "/v1/models", old, tls=tls) == 401
     assert _get(port, "/v1/models", new, tls=tls) == 200
     assert not (node.root / "run/tpuserve/secrets/api-key.old").exists()
+
+
+def test_a_report_of_the_new_key_lost_to_a_429_storm_is_written_again_by_the_next_refresh(
+    cloud: Cloud,
+) -> None:
+    # Every write of `secret` throttled while the key rotates: the reload's report is lost
+    # after ga's retries. The key then stays the same, and the refresher, finding nothing to
+    # reload, never wrote it again: rotate-key waited for good on a node using the new key.
+    node = _booted(cloud)
+    d, port, tls = cloud.deployment, cloud.public_port, _tls(node)
+    cloud.metadata.refuse_key("secret", 429, "Too Many Requests\n")
+    new = "tpk-rotated-" + os.urandom(16).hex()
+    cloud.secrets.add_version(d.api_key_secret_id, new.encode())
+    wait_for(lambda: _get(port, "/v1/models", new, tls=tls) == 200, "the reload", timeout=60)
+    wait_for(lambda: "guest attribute secret: not written (HTTP 429" in node.watch_log.read_text(),
+             "the report of the new key to be lost", timeout=60)
+    assert node.attrs()["secret"] == f"fetched api_key_sha256={_prefix(cloud.api_key)}"
+    del cloud.metadata.refused_keys["secret"]
+    wait_for(lambda: node.attrs().get("secret") == f"reloaded api_key_sha256={_prefix(new)}",
+             "the next refresh to report the key in use", timeout=60)
+    assert not (node.root / "run/tpuserve/secrets/.secret-owed").exists()
