@@ -199,3 +199,20 @@ def test_a_report_of_the_new_key_lost_to_a_429_storm_is_written_again_by_the_nex
              "the next refresh to report the key in use", timeout=60)
     owed = node.root / "run/tpuserve/secrets/.secret-owed"
     wait_for(lambda: not owed.exists(), "the owed report to be settled")
+
+
+def test_a_secret_manager_dripping_its_answer_to_the_refresher_costs_one_retry(
+    cloud: Cloud,
+) -> None:
+    # The refresher's read of the new version drips a byte every 0.5 s: curl's --max-time
+    # ends it, api_retry reads again, and the new key is reloaded as without the drip.
+    node = _booted(cloud)
+    d, port, tls = cloud.deployment, cloud.public_port, _tls(node)
+    new = "tpk-rotated-" + os.urandom(16).hex()
+    cloud.secrets.drip_next(1)
+    cloud.secrets.add_version(d.api_key_secret_id, new.encode())
+    wait_for(lambda: node.attrs().get("secret") == f"reloaded api_key_sha256={_prefix(new)}",
+             "the node to report the new key", timeout=90)
+    assert cloud.secrets.drip_accesses == 0
+    assert _get(port, "/v1/models", new, tls=tls) == 200
+    assert _get(port, "/v1/models", cloud.api_key, tls=tls) == 401
