@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import subprocess
 import time
 
@@ -121,3 +122,34 @@ def test_a_reboot_with_a_changed_config_and_a_rotated_key_comes_back_on_both(
     assert _get(cloud.public_port, "/v1/models", key, tls=tls) == 200
     assert _get(cloud.public_port, "/v1/models", old_key, tls=tls) == 401
     assert _get(cloud.public_port, "/v1/models", tls=tls) == 401
+
+
+def _port_closed(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_after_a_reboot_the_port_stays_closed_until_a_boot_has_the_current_key(
+    cloud: Cloud,
+) -> None:
+    """The key was revoked while the node was down, and the boot after the reboot fails before
+    it reads the secrets (Secret Manager down): the proxy dockerd restarted mounts a directory
+    where its key rule was (nginx refuses to include it: it never listens), the boot removes it
+    before fetching, and nothing serves the old key."""
+    node = cloud.node(**ROOMY)
+    node.run()
+    d = node.deployment
+    node.reboot()
+    cloud.secrets.set_state(d.api_key_secret_id, 1, "DISABLED")
+    time.sleep(1)  # dockerd's restarts have had their moment
+    assert _port_closed(cloud.public_port)
+    cloud.secrets.outage = True
+    node.run(expect_rc=1, timeout=120)
+    assert node.attrs()["state"].startswith("failed could not read secret")
+    assert _port_closed(cloud.public_port)
+    # Removed before the secrets were read (reap_stale_mounts): no proxy to serve the old key.
+    assert subprocess.run([str(node.bin / "docker"), "inspect", PROXY], env=node.env,
+                          capture_output=True, check=False).returncode != 0
