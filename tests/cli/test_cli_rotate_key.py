@@ -105,6 +105,34 @@ def test_a_node_that_never_reports_the_key_times_out_with_exit_3(
     assert [v.state for v in sm.secrets[d.api_key_secret_id]] == ["ENABLED", "ENABLED"]
 
 
+def test_a_generated_key_survives_a_timeout_with_json(
+    cli_env: Env, sm: FakeSecretManager,
+) -> None:
+    # The new version is the latest once added: the node takes it at its next refresh, and the
+    # old key then stops working. An error document without the key lost it for good.
+    d = cli_env.seed_ready("spot")
+    result = invoke("rotate-key", "spot", "--poll-interval", "0.02", "--timeout", "0.3",
+                    "--json")
+    assert result.exit_code == 3
+    out = json.loads(result.stdout)
+    key = sm.secrets[d.api_key_secret_id][-1].data.decode()
+    assert out["key"] == key and out["ok"] is False and out["exit_code"] == 3
+    assert "did not report the new key" in out["error"]
+    assert out["version"].endswith("/versions/2")
+    assert key not in result.stderr
+    assert_one_line_error(result, "did not report the new key")
+
+
+def test_a_stack_of_kind_fleet_is_one_line_exit_2_before_any_call(
+    cli_env: Env, sm: FakeSecretManager,
+) -> None:
+    calls = len(sm.calls)
+    result = invoke("rotate-key", "fleet", "--timeout", "5")
+    assert result.exit_code == 2
+    assert_one_line_error(result, "Secret Manager CSI")
+    assert len(sm.calls) == calls
+
+
 def test_no_node_is_exit_1(cli_env: Env, sm: FakeSecretManager) -> None:
     result = invoke("rotate-key", "spot", "--timeout", "5", "--poll-interval", "0.02")
     assert result.exit_code == 1

@@ -61,3 +61,25 @@ def test_status_json_reconverge_is_null_when_the_watcher_wrote_nothing(cli_env: 
     cli_env.seed_ready("spot", attrs=BOOT_READY)
     (s,) = json.loads(invoke("status", "spot", "--json").stdout)["stacks"]
     assert s["reconverge"] is None
+
+
+@pytest.mark.parametrize(("words", "state", "sha", "why"), [
+    ("watching etag=7", "watching", None, None),
+    (f"changed sha256={SHA} etag=7", "changed", SHA, None),
+    (f"retrying sha256={SHA} attempt=1/3 in=30s vLLM not healthy", "retrying", SHA,
+     "attempt=1/3 in=30s vLLM not healthy"),
+    (f"applied sha256={SHA}", "applied", SHA, None),
+    (f"failed sha256={SHA} vLLM not healthy", "failed", SHA, "vLLM not healthy"),
+    (f"applied sha256={SHA.upper()}", "unknown", None, f"applied sha256={SHA.upper()}"),
+    ("<html>", "unknown", None, "<html>"),
+])
+def test_status_json_reconverge_for_each_state(
+    cli_env: Env, words: str, state: str, sha: str | None, why: str | None,
+) -> None:
+    cli_env.seed_ready("spot", attrs={**BOOT_READY, "reconverge": f"{AT} {words}"})
+    result = invoke("status", "spot", "--json")
+    (s,) = json.loads(result.stdout)["stacks"]
+    assert s["reconverge"] == {"state": state, "script_sha256": sha, "why": why,
+                               "at": "2030-01-02T09:00:00Z"}
+    # Only a definite failure is a problem of the stack.
+    assert (result.exit_code == 1) == (state == "failed"), result.stderr

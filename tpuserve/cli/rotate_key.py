@@ -50,6 +50,7 @@ def rotate_key(
     prefix = key_rotation.key_prefix(key)
 
     from tpuserve.gcp import secret_versions
+    from tpuserve.gcp.errors import ApiError
 
     api = secret_versions.secretmanager()
     api.deadline = start + timeout  # no call outlives the command
@@ -61,14 +62,26 @@ def rotate_key(
     if generated and not json_output:
         # Once, now: a timeout below must not lose it (stdout only; never a log line).
         console.print(key.decode(), markup=False, soft_wrap=True, emoji=False)
-    elapsed, reported = key_rotation.wait_for_prefix(
-        d, tpu=common.tpu_api(), prefix=prefix, timeout_s=timeout, poll_s=poll_interval,
-        started=start)
-    disabled = []
-    for name in before:
-        if name != version:
-            secret_versions.disable_version(api, name)
-            disabled.append(name)
+    disabled: list[str] = []
+    try:
+        elapsed, reported = key_rotation.wait_for_prefix(
+            d, tpu=common.tpu_api(), prefix=prefix, timeout_s=timeout, poll_s=poll_interval,
+            started=start)
+        for name in before:
+            if name != version:
+                secret_versions.disable_version(api, name)
+                disabled.append(name)
+    except (OpsError, ApiError) as exc:
+        if not (generated and json_output):
+            raise
+        # The new version is the latest already: the node takes it at its next refresh. With
+        # --json the key shows nowhere else, so the error document carries it (its one showing).
+        line, code = (exc.line, exc.exit_code) if isinstance(exc, OpsError) else (str(exc), 1)
+        err_console.print(f"tpuserve: error: {line}", markup=False, emoji=False, soft_wrap=True)
+        emit_json({"stack": stack, "ok": False, "error": line, "exit_code": code,
+                   "version": version, "key_sha256_prefix": prefix, "disabled": disabled,
+                   "key": key.decode()})
+        raise typer.Exit(code) from None
     result = key_rotation.RotationResult(stack, version, prefix, elapsed, reported, disabled,
                                          key.decode() if generated else None)
     if json_output:

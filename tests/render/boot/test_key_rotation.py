@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import subprocess
 import time
+
+import pytest
 
 from tests.render.boot.support import ROOMY, Cloud, Node, _get, _tls, wait_for
 from tpuserve.gcp.secret_versions import (
@@ -131,3 +135,84 @@ def test_rotate_key_adds_a_version_and_waits_for_the_real_node_to_report_it(
     disable_version(api, before[0])
     assert [v.state for v in cloud.secrets.secrets[d.api_key_secret_id]] == [
         "DISABLED", "ENABLED"]
+
+
+@pytest.mark.parametrize("next_run", ["refresher", "boot"])
+def test_a_refresher_killed_between_the_rewrite_and_the_reload_is_finished_by_the_next(
+    cloud: Cloud, next_run: str,
+) -> None:
+    # The watcher kills a refresher at its bound (REFRESH_MAX_S), a stopped unit kills it too:
+    # one killed after it rewrote the key files but before nginx reloaded leaves nginx on the
+    # old rule. The next refresher found the files current and did nothing: the old key was
+    # taken for good, and a boot kept the proxy (the rule file unchanged). Now the reload owed
+    # (api-key.old left behind) is finished by the refresher, or the boot starts a fresh proxy.
+    node = _booted(cloud)
+    node.stop_watcher()
+    d, port, tls = cloud.deployment, cloud.public_port, _tls(node)
+    old = cloud.api_key
+    docker = node.bin / "docker"
+    real = docker.read_text()
+    docker.write_text('#!/bin/sh\n[ "$1" = kill ] && sleep 60\n' + real.split("\n", 1)[1])
+    refresher = node.root / "var/lib/tpuserve/refresh_key.sh"
+    key_file = node.root / "run/tpuserve/secrets/api-key"
+    new = "tpk-rotated-" + os.urandom(16).hex()
+    cloud.secrets.add_version(d.api_key_secret_id, new.encode())
+    stuck = subprocess.Popen(["bash", str(refresher)], env=node.env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: key_file.read_text() == new, "the refresher to rewrite the key file")
+        time.sleep(0.5)  # in docker kill now
+    finally:
+        os.killpg(stuck.pid, signal.SIGKILL)
+        stuck.wait()
+    docker.write_text(real)
+    assert _get(port, "/v1/models", old, tls=tls) == 200  # nginx still holds the old rule
+    if next_run == "refresher":
+        subprocess.run(["bash", str(refresher)], env=node.env, check=True, timeout=60,
+                       capture_output=True)
+        assert node.attrs()["secret"] == f"reloaded api_key_sha256={_prefix(new)}"
+    else:
+        node.run()
+        assert node.attrs()["secret"] == f"fetched api_key_sha256={_prefix(new)}"
+    assert _get(port, "/v1/models", old, tls=tls) == 401
+    assert _get(port, "/v1/models", new, tls=tls) == 200
+    assert not (node.root / "run/tpuserve/secrets/api-key.old").exists()
+
+
+def test_a_report_of_the_new_key_lost_to_a_429_storm_is_written_again_by_the_next_refresh(
+    cloud: Cloud,
+) -> None:
+    # Every write of `secret` throttled while the key rotates: the reload's report is lost
+    # after ga's retries. The key then stays the same, and the refresher, finding nothing to
+    # reload, never wrote it again: rotate-key waited for good on a node using the new key.
+    node = _booted(cloud)
+    d, port, tls = cloud.deployment, cloud.public_port, _tls(node)
+    cloud.metadata.refuse_key("secret", 429, "Too Many Requests\n")
+    new = "tpk-rotated-" + os.urandom(16).hex()
+    cloud.secrets.add_version(d.api_key_secret_id, new.encode())
+    wait_for(lambda: _get(port, "/v1/models", new, tls=tls) == 200, "the reload", timeout=60)
+    wait_for(lambda: "guest attribute secret: not written (HTTP 429" in node.watch_log.read_text(),
+             "the report of the new key to be lost", timeout=60)
+    assert node.attrs()["secret"] == f"fetched api_key_sha256={_prefix(cloud.api_key)}"
+    del cloud.metadata.refused_keys["secret"]
+    wait_for(lambda: node.attrs().get("secret") == f"reloaded api_key_sha256={_prefix(new)}",
+             "the next refresh to report the key in use", timeout=60)
+    owed = node.root / "run/tpuserve/secrets/.secret-owed"
+    wait_for(lambda: not owed.exists(), "the owed report to be settled")
+
+
+def test_a_secret_manager_dripping_its_answer_to_the_refresher_costs_one_retry(
+    cloud: Cloud,
+) -> None:
+    # The refresher's read of the new version drips a byte every 0.5 s: curl's --max-time
+    # ends it, api_retry reads again, and the new key is reloaded as without the drip.
+    node = _booted(cloud)
+    d, port, tls = cloud.deployment, cloud.public_port, _tls(node)
+    new = "tpk-rotated-" + os.urandom(16).hex()
+    cloud.secrets.drip_next(1)
+    cloud.secrets.add_version(d.api_key_secret_id, new.encode())
+    wait_for(lambda: node.attrs().get("secret") == f"reloaded api_key_sha256={_prefix(new)}",
+             "the node to report the new key", timeout=90)
+    assert cloud.secrets.drip_accesses == 0
+    assert _get(port, "/v1/models", new, tls=tls) == 200
+    assert _get(port, "/v1/models", cloud.api_key, tls=tls) == 401
