@@ -1,0 +1,61 @@
+"""A guest-attribute value given up after its retries is owed, and written once the metadata
+server takes writes again (templates/boot/lib.sh.j2: ga, ga_owe, ga_flush; boot_helper.py:
+Watcher.flush_owed). Before, a throttle outlasting GA_RETRY_S at the end of a boot lost `state
+ready` for good: the node served while `state` said `booting` until its next boot."""
+
+from __future__ import annotations
+
+import time
+
+from werkzeug import Request
+
+from tests.fakes.metadata import GUEST_PREFIX, throttled
+from tests.render.boot.support import Cloud, wait_for
+
+OWED = "run/tpuserve/ga-owed"
+
+
+def test_a_ready_state_lost_to_a_throttle_outlasting_the_boot_is_written_by_the_watcher(
+    cloud: Cloud,
+) -> None:
+    # From the boot's `health` report on, every guest-attribute write is throttled (429,
+    # Retry-After 1) until the boot has ended: far longer than GA_RETRY_S, so `health`,
+    # `state ready` and `cache_publish` are given up. `image` is refused (400) throughout.
+    storm = {"on": False, "over": False}
+
+    def throttled_put(r: Request) -> bool:
+        if r.method != "PUT" or not r.path.startswith(GUEST_PREFIX):
+            return False
+        if r.path.endswith("/health") and not storm["over"]:
+            storm["on"] = True
+        return storm["on"]
+
+    cloud.metadata.faults.add(throttled_put, lambda: throttled("1"), times=10**6)
+    cloud.metadata.refuse_key("image")
+    node = cloud.node()
+    out = node.run()
+    assert storm["on"], "the storm never started"
+    assert "state: ready" in out
+    assert "guest attribute state: not written (HTTP 429" in out
+    assert node.attrs()["state"] == "booting", node.attrs()  # what main left for good
+    assert (node.root / OWED / "state").read_text().endswith(" ready")
+    # The watcher runs on meanwhile, its flushes (oldest first: `health`) throttled too; then
+    # the storm passes.
+    wait_for(lambda: "guest attribute health: owed value not written (HTTP 429)"
+             in node.watch_log.read_text(), "the watcher to try the owed values", timeout=60)
+    ended = time.time()
+    storm["on"], storm["over"] = False, True
+
+    wait_for(lambda: node.attrs().get("state") == "ready", "the owed state to land", timeout=60)
+    attrs = node.attrs()
+    assert attrs["health"] and attrs["cache_publish"].startswith("published "), attrs
+    landed = [at for at, status in cloud.metadata.guest_puts("state") if status == 200]
+    assert landed[-1] > ended  # written after the boot: by the watcher
+    assert "guest attribute state: owed value written" in node.watch_log.read_text()
+    wait_for(lambda: not any((node.root / OWED).iterdir()), "every owed value to be settled")
+
+    # The refused key is reported once and never owed: nothing writes it again after the boot.
+    assert out.count("guest attribute image: value refused (HTTP 400)") == 1
+    assert "image" not in attrs
+    assert not [at for at, _ in cloud.metadata.guest_puts("image") if at > ended]
+    assert "guest attribute image" not in node.watch_log.read_text()
