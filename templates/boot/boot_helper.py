@@ -123,6 +123,9 @@ OWED_MAX_BYTES = 64 * 1024  # a guest-attribute value lib.sh writes is a line, f
 PUT_MAX_S = 5  # one guest-attribute write (guest_put in lib.sh: --max-time 5, scaled)
 RETRY_AFTER_MAX_S = 60  # the cap of lib.sh on a Retry-After (RETRY_AFTER_MAX_S there)
 OWED_BACKOFF_S = (1, 30)  # the backoff of lib.sh: 1 s doubling to 30 s
+# The metadata server takes 3 writes/s and 10/min per VM (lib.sh: ga_throttle keeps to 2/s and
+# 8/min): a flush writes at most 4 values, 0.5 s apart, and the next flush of more waits 30 s.
+OWED_PER_FLUSH, OWED_GAP_S, OWED_AFTER_FULL_S = 4, 0.5, 30
 
 
 def retry_after_s(value: str | None) -> int:
@@ -423,7 +426,12 @@ class Watcher:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     return
-            for key in self.owed_keys():
+            for tried, key in enumerate(self.owed_keys()):
+                if tried == OWED_PER_FLUSH:
+                    self.next_flush = time.monotonic() + self.s(OWED_AFTER_FULL_S)
+                    return
+                if tried:
+                    time.sleep(self.s(OWED_GAP_S))
                 path = os.path.join(self.owed_dir, key)
                 try:
                     with open(path, "rb") as f:
