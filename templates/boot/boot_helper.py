@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from email.utils import parsedate_to_datetime
 
 # What the proxy accepts as a key: nothing nginx would read as syntax.
 KEY_RE = r"[A-Za-z0-9._~+/=-]{16,512}"
@@ -117,6 +118,30 @@ KEY_REFRESH_S = 300  # the latest version of the API-key secret is read again at
 REFRESH_MAX_S = 600  # one run of the key refresher (its reads and the reload are bounded)
 REFRESHER = "refresh_key.sh"  # in STATE_DIR, written by a boot that started the proxy
 ETAG_RE = r"[A-Za-z0-9_.:+/=-]{1,128}"
+OWED_KEY_RE = r"[A-Za-z0-9_-]{1,100}"  # a guest-attribute key (ga_owe in lib.sh names files so)
+OWED_MAX_BYTES = 64 * 1024  # a guest-attribute value lib.sh writes is a line, far below this
+PUT_MAX_S = 5  # one guest-attribute write (guest_put in lib.sh: --max-time 5, scaled)
+RETRY_AFTER_MAX_S = 60  # the cap of lib.sh on a Retry-After (RETRY_AFTER_MAX_S there)
+OWED_BACKOFF_S = (1, 30)  # the backoff of lib.sh: 1 s doubling to 30 s
+# The metadata server takes 3 writes/s and 10/min per VM (lib.sh: ga_throttle keeps to 2/s and
+# 8/min): a flush writes at most 4 values, 0.5 s apart, and the next flush of more waits 30 s.
+OWED_PER_FLUSH, OWED_GAP_S, OWED_AFTER_FULL_S = 4, 0.5, 30
+
+
+def retry_after_s(value: str | None) -> int:
+    """A Retry-After (delta-seconds or an HTTP-date) in whole seconds, capped at
+    RETRY_AFTER_MAX_S as retry_after in lib.sh caps it; 0 when absent, unreadable or past."""
+    if not value:
+        return 0
+    value = value.strip()
+    if re.fullmatch(r"[0-9]{1,9}", value):
+        s = int(value)
+    else:
+        try:
+            s = int(parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return 0
+    return max(0, min(s, RETRY_AFTER_MAX_S))
 
 
 class PollError(Exception):
@@ -125,7 +150,14 @@ class PollError(Exception):
 
 def bounded_get(url: str, headers: dict[str, str], limit: float,
                 max_bytes: int) -> tuple[int, dict[str, str], bytes | None]:
-    """GET URL (http://): (status, headers with lower-case names, body; None when over
+    """GET URL, bounded as a whole: see bounded_request."""
+    return bounded_request("GET", url, headers, limit, max_bytes)
+
+
+def bounded_request(method: str, url: str, headers: dict[str, str], limit: float,
+                    max_bytes: int, body: bytes | None = None,
+                    ) -> tuple[int, dict[str, str], bytes | None]:
+    """METHOD URL (http://) with BODY: (status, headers with lower-case names, body; None when over
     MAX_BYTES). The whole exchange (connect, request, headers, body) ends within LIMIT
     seconds: the timeout of http.client bounds each recv only, so an answer dripping a byte at a
     time would hold it without bound; a timer shuts the socket at the deadline instead.
@@ -153,7 +185,7 @@ def bounded_get(url: str, headers: dict[str, str], limit: float,
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
         timer.daemon = True
         timer.start()
-        conn.request("GET", target, headers=headers)
+        conn.request(method, target, body=body, headers=headers)
         resp = conn.getresponse()
         chunks, size = [], 0
         while size <= max_bytes:
@@ -202,7 +234,12 @@ class Watcher:
         for name in ("--meta-host", "--run-dir", "--state-dir", "--recorder"):
             p.add_argument(name, required=True)
         p.add_argument("--scale-us", type=int, required=True)  # TPUSERVE_TIME_SCALE x 1e6
+        # GA_URL and GA_OWED_DIR of lib.sh the values a boot gave up after the retries of ga
+        p.add_argument("--ga-url", default="")
+        p.add_argument("--owed-dir", default="")
         a = p.parse_args(argv)
+        self.ga_url, self.owed_dir = a.ga_url.rstrip("/"), a.owed_dir
+        self.next_flush, self.flush_backoff = 0.0, OWED_BACKOFF_S[0]
         self.host, self.run_dir, self.state_dir = a.meta_host, a.run_dir, a.state_dir
         self.recorder, self.scale = a.recorder, a.scale_us / 1e6
         self.timeout_sec = max(1, round(POLL_TIMEOUT_S * self.scale))
@@ -360,6 +397,80 @@ class Watcher:
         if rc != 0:
             self.log(f"key refresh: exit {rc}")
 
+    def owed_keys(self) -> list[str]:
+        """The keys of the values owed (OWED_DIR/KEY), oldest first."""
+        try:
+            entries = [e for e in os.scandir(self.owed_dir)
+                       if re.fullmatch(OWED_KEY_RE, e.name) and e.is_file()]
+        except OSError:
+            return []
+        return [e.name for e in sorted(entries, key=lambda e: e.stat().st_mtime)]
+
+    def flush_owed(self) -> None:
+        """Write the guest-attribute values a boot or a refresh gave up after the retries of ga (a
+        throttle outlasting them: a `state ready` lost so would leave `booting` for good): one
+        try each, oldest first, each a bounded PUT. Written: cleared (unless a newer value of
+        the key was owed meanwhile); refused (a 4xx but 403, 408, 429): dropped, logged; the
+        first throttled, 5xx or unanswered try ends this flush, and the next waits for the
+        Retry-After of the answer (capped at RETRY_AFTER_MAX_S) or the backoff, when longer. Skipped
+        while a boot or a key refresh runs (key.lock, then the boot lock, as refresh_key takes
+        them): their own writes flush, and an owed value never lands after a newer one."""
+        if not (self.ga_url and self.owed_dir) or time.monotonic() < self.next_flush:
+            return
+        if not self.owed_keys():
+            return
+        with contextlib.ExitStack() as stack:
+            for name in ("key.lock", "boot.lock"):
+                lock = stack.enter_context(open(os.path.join(self.run_dir, name), "a"))
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return
+            for tried, key in enumerate(self.owed_keys()):
+                if tried == OWED_PER_FLUSH:
+                    self.next_flush = time.monotonic() + self.s(OWED_AFTER_FULL_S)
+                    return
+                if tried:
+                    time.sleep(self.s(OWED_GAP_S))
+                path = os.path.join(self.owed_dir, key)
+                try:
+                    with open(path, "rb") as f:
+                        value = f.read(OWED_MAX_BYTES + 1)
+                except OSError:
+                    continue
+                if len(value) > OWED_MAX_BYTES:
+                    self.log(f"guest attribute {key}: owed value over {OWED_MAX_BYTES} bytes;"
+                             " dropped")
+                    os.unlink(path)
+                    continue
+                try:
+                    status, headers, _ = bounded_request(
+                        "PUT", f"{self.ga_url}/{key}", {"Metadata-Flavor": "Google"},
+                        max(1.0, self.s(PUT_MAX_S)), 4096, body=value)
+                except PollError as e:
+                    status, headers = 0, {}
+                    self.log(f"guest attribute {key}: owed value not written ({e})")
+                if 200 <= status < 300:
+                    with contextlib.suppress(OSError), open(path, "rb") as f:
+                        if f.read(OWED_MAX_BYTES + 1) == value:
+                            os.unlink(path)
+                    self.log(f"guest attribute {key}: owed value written")
+                    self.flush_backoff = OWED_BACKOFF_S[0]
+                    continue
+                if status and status not in (403, 408, 429) and status < 500:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                    self.log(f"guest attribute {key}: owed value refused (HTTP {status});"
+                             " dropped")
+                    continue
+                wait = max(self.flush_backoff, retry_after_s(headers.get("retry-after")))
+                self.next_flush = time.monotonic() + self.s(wait)
+                self.flush_backoff = min(self.flush_backoff * 2, OWED_BACKOFF_S[1])
+                if status:
+                    self.log(f"guest attribute {key}: owed value not written (HTTP {status});"
+                             f" again in {self.s(wait):g} s")
+                return
+
     def run(self) -> None:
         lock = open(os.path.join(self.run_dir, "watch.lock"), "a")  # noqa: SIM115 (held for life)
         try:
@@ -376,6 +487,7 @@ class Watcher:
             gap = last_start + self.s(MIN_POLL_GAP_S) - time.monotonic()
             if gap > 0:
                 time.sleep(gap)
+            self.flush_owed()
             if time.monotonic() >= next_refresh:
                 self.refresh_key()
                 next_refresh = time.monotonic() + self.s(KEY_REFRESH_S)

@@ -238,6 +238,8 @@ def test_on_a_node_with_systemd_the_watcher_is_a_unit_of_its_own(tmp_path: Path)
          "https://storage.example/ --setenv=GCE_METADATA_HOST=169.254.169.254 "
          f"{python3} /var/lib/tpuserve/boot_helper.py watch --meta-host 169.254.169.254 "
          "--run-dir /run/tpuserve --state-dir /var/lib/tpuserve "
-         "--recorder /var/lib/tpuserve/record_reconverge.sh --scale-us 1000000")]
+         "--recorder /var/lib/tpuserve/record_reconverge.sh --scale-us 1000000 "
+         "--ga-url http://169.254.169.254/computeMetadata/v1/instance/guest-attributes/ "
+         "--owed-dir /run/tpuserve/ga-owed")]
     # A unit that runs already: nothing started.
     assert run(ACTIVE="0") == ["systemctl is-active --quiet tpuserve-watch.service"]
