@@ -28,6 +28,10 @@ AT = "2030-01-02T09:00:00.000Z"
     # Nothing else is taken for a state: an older watcher's applied without a sha256, odd words.
     ("applied (exit 0; the script wrote no result)",
      ("unknown", None, "applied (exit 0; the script wrote no result)")),
+    # applied is final and trusted: anything but the exact form proves nothing.
+    (f"applied sha256={SHA} but the proxy failed", ("unknown", None,
+                                                    f"applied sha256={SHA} but the proxy failed")),
+    ("applied sha256=none", ("unknown", None, "applied sha256=none")),
     ("done", ("unknown", None, "done")),
 ])
 def test_every_word_the_watcher_writes_is_one_definite_state(

@@ -11,8 +11,9 @@ The watcher (templates/boot/boot_helper.py, Watcher) writes `<UTC time> WORDS`, 
 
 `state` is the first word; `script_sha256` the script's hex (None when the words name none);
 `why` the rest (None for watching, changed and applied). A value in no such shape is state
-"unknown" (never taken as applied): an older watcher's `failed WHY` reads failed, without
-a sha256. A later command that tunes the node waits for applied or failed, nothing else.
+"unknown" (never taken as applied: applied is only ever `applied sha256=HEX`, exactly): an
+older watcher's `failed WHY` reads failed, without a sha256. A later command that tunes the
+node waits for applied or failed, nothing else.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def parse_reconverge(attrs: Mapping[str, str]) -> Reconverge | None:
         if word == "failed":  # an older watcher: `failed WHY`
             return Reconverge(word, None, rest.strip()[:300] or None, at_iso)
         return Reconverge("unknown", None, words.strip()[:300] or None, at_iso)
-    if word in ("changed", "applied"):
+    if word == "applied":
+        # Final and trusted by what waits for it: only the exact form proves it.
+        if sha is None or tail.strip():
+            return Reconverge("unknown", None, words.strip()[:300] or None, at_iso)
+        return Reconverge(word, sha, None, at_iso)
+    if word == "changed":
         return Reconverge(word, sha, None, at_iso)
     return Reconverge(word, sha, tail.strip()[:300] or None, at_iso)
