@@ -86,6 +86,16 @@ def test_cli_bad_input_is_one_line_exit_2(env, argv, extra, message) -> None:
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err and err.startswith("tpuserve: ")
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "soon"])
+@pytest.mark.parametrize("command", ["create", "delete", "converge"])
+def test_a_timeout_that_bounds_nothing_is_refused(env, capsys, command, value) -> None:
+    """nan or inf would leave each call its own cap and the run no overall bound."""
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--timeout", value], environ=env)
+    assert exc.value.code == 2
+    assert "argument --timeout" in capsys.readouterr().err
+
+
 def test_cli_api_error_is_one_line_exit_1(fast_api, env) -> None:
     fast_api.fail_next(403, "PERMISSION_DENIED", "Permission 'tpu.queuedResources.create' "
                        "denied on 'projects/proj-test-1'", method="POST")

@@ -27,6 +27,7 @@ import binascii
 import contextlib
 import gzip
 import json
+import math
 import os
 import secrets
 import sys
@@ -449,6 +450,18 @@ def _read(path: str) -> str:
         raise _UsageError(f"--body-file {path}: {exc.strerror}") from None
 
 
+def _seconds(text: str) -> float:
+    """--timeout: a finite, positive number of seconds (nan or inf would leave only the
+    per-call caps, and no overall bound)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds > 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tpuserve.queued_resource",
@@ -461,10 +474,10 @@ def _parser() -> argparse.ArgumentParser:
     body_help = f"the JSON body (default: ${ENV_BODY_GZ}, else ${ENV_BODY})"
     create.add_argument("--body-file", help=body_help)
     create.add_argument("--generation", help=f"label token (default: ${ENV_GENERATION})")
-    create.add_argument("--timeout", type=float, default=ACCEPT_TIMEOUT_S)
+    create.add_argument("--timeout", type=_seconds, default=ACCEPT_TIMEOUT_S)
     delete = sub.add_parser("delete", help="delete with force and wait until gone")
     delete.add_argument("--name", help=name_help)
-    delete.add_argument("--timeout", type=float, default=DELETE_TIMEOUT_S)
+    delete.add_argument("--timeout", type=_seconds, default=DELETE_TIMEOUT_S)
     describe = sub.add_parser("describe", help="print the queued resource as JSON")
     describe.add_argument("--name", help=name_help)
     conv = sub.add_parser(
@@ -475,7 +488,7 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("--generation",
                       help=f"label token for a new QR (default: ${ENV_GENERATION}, else the "
                       "QR's own)")
-    conv.add_argument("--timeout", type=float, default=CONVERGE_TIMEOUT_S)
+    conv.add_argument("--timeout", type=_seconds, default=CONVERGE_TIMEOUT_S)
     sub.add_parser("probe", help='Terraform external data source: stdin {"name": ...}')
     return parser
 
