@@ -4,6 +4,15 @@ A kind's status (tpuserve.ops.stack_status for the VM kinds, tpuserve.ops.fleet_
 fleet) builds a StatusModel: the facts every kind has (StatusFacts), the kind's own JSON keys
 and the lines of its table. `status_json` renders every kind's JSON, `tpuserve.cli.status`
 every kind's table, each from the model alone.
+
+Money, in two keys every kind has:
+  price_usd_per_hour  one server at the stack's list price (pricing x chips): a VM stack's
+                      node, the fleet's replica in its first-choice pool (deployed or not)
+  spend_usd_per_hour  what bills now: the VM's price while its node bills (it exists and is not
+                      lost), else 0; the fleet's price x its replicas on a TPU node; null when
+                      it is not known (the cluster could not be read, or the pod list was cut)
+The older `usd_per_hour` keeps its kind-dependent meaning: a price for a VM stack, the spend
+rate for the fleet.
 """
 
 from __future__ import annotations
@@ -70,7 +79,8 @@ class StatusModel:
 
 
 def status_json(m: StatusModel) -> dict[str, Any]:
-    """One stack's `status --json` object: today's keys in today's order."""
+    """One stack's `status --json` object: today's keys in today's order, then the two money
+    keys every kind has."""
     f, k = m.facts, m.json
     return {
         "stack": f.stack,
@@ -86,6 +96,8 @@ def status_json(m: StatusModel) -> dict[str, Any]:
         "problems": f.problems,
         **k.tail,
         "dashboard_url": f.dashboard_url,
+        "price_usd_per_hour": round(f.price_usd_per_hour, 4),
+        "spend_usd_per_hour": round_or_none(f.spend_usd_per_hour, 4),
     }
 
 
