@@ -31,7 +31,7 @@ def render_model(m: StatusModel) -> None:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="dim")
         grid.add_column(overflow="fold")
-        for key, value in t.rows:
+        for key, value in [*t.rows, ("dashboard", m.facts.dashboard_url)]:
             grid.add_row(key, value)
         console.print(grid)
     for sub in t.tables:

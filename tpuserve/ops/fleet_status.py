@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 
-from tpuserve.render.dashboard import stack_dashboard_url
 from tpuserve.render.fleet_bundle import DEPLOYMENT, EPP, GATEWAY, HPA, NAMESPACE
 from tpuserve.settings import Deployment
 
@@ -141,13 +140,10 @@ class FleetStatus:
     def model(self) -> StatusModel:
         d = self.d
         status = _d(self.deployment, "status") or {}
-        facts = StatusFacts(
-            stack=d.name, provisioning_model=d.stack.provisioning_model, project=d.gcp.project,
-            zone=d.gcp.zone, deployed=self.deployed, endpoint=self.endpoint,
-            health_ok=self.health_ok, health_detail=self.health_detail,
-            price_usd_per_hour=d.usd_per_hour, spend_usd_per_hour=self.spend_usd_per_hour,
-            problems=self.problems, recoverable=self.recoverable,
-            dashboard_url=stack_dashboard_url(d))
+        facts = StatusFacts.of(
+            d, deployed=self.deployed, endpoint=self.endpoint, health_ok=self.health_ok,
+            health_detail=self.health_detail, spend_usd_per_hour=self.spend_usd_per_hour,
+            problems=self.problems, recoverable=self.recoverable)
         kind = KindJson(
             identity={"cluster": kube.cluster_name(d), "kube_context": kube.context_name(d)},
             state={
@@ -223,7 +219,6 @@ class FleetStatus:
                      f"({self.d.fleet.provisioning[0]} price)")))
         rows.extend(("truncated", f"{what}: only the first {kube.MAX_LIST_ITEMS} read")
                     for what in self.truncated)
-        rows.append(("dashboard", f.dashboard_url))
         return rows
 
     def to_json(self) -> dict[str, Any]:

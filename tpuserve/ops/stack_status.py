@@ -12,7 +12,6 @@ import httpx
 from tpuserve.gcp.tpu.nodes import NodeView
 from tpuserve.gcp.tpu.queued_resources import QueuedResource, ref_for
 from tpuserve.planner.arithmetic import cost_for_hours
-from tpuserve.render.dashboard import stack_dashboard_url
 from tpuserve.settings import Deployment
 
 from . import server, tls
@@ -157,13 +156,10 @@ class StackStatus:
 
     def model(self) -> StatusModel:
         d, n = self.d, self.node
-        facts = StatusFacts(
-            stack=d.name, provisioning_model=d.stack.provisioning_model, project=d.gcp.project,
-            zone=d.gcp.zone, deployed=self.deployed, endpoint=self.endpoint,
-            health_ok=self.health_ok, health_detail=self.health_detail,
-            price_usd_per_hour=d.usd_per_hour, spend_usd_per_hour=self.spend_usd_per_hour,
-            problems=self.problems, recoverable=self.recoverable,
-            dashboard_url=stack_dashboard_url(d))
+        facts = StatusFacts.of(
+            d, deployed=self.deployed, endpoint=self.endpoint, health_ok=self.health_ok,
+            health_detail=self.health_detail, spend_usd_per_hour=self.spend_usd_per_hour,
+            problems=self.problems, recoverable=self.recoverable)
         at, rule = self.ends_at
         kind = KindJson(
             identity={"node_name": d.node_name},
@@ -220,7 +216,6 @@ class StackStatus:
         if self.billing:
             ends = f"{format_duration(self.ends_in_s)} ({rule})" if at else rule
             rows.append(("ends in", ends))
-        rows.append(("dashboard", f.dashboard_url))
         phases = SubTable(("boot phase", "at (UTC)", "detail"), [
             (p.label, p.at.strftime("%m-%d %H:%M:%S") if p.at else "-", p.detail)
             for p in self.boot.phases])

@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuserve.render.dashboard import stack_dashboard_url
+from tpuserve.settings import Deployment
+
 
 @dataclass(frozen=True)
 class StatusFacts:
@@ -38,6 +41,18 @@ class StatusFacts:
     problems: list[str]
     recoverable: bool  # `status --watch --recover` replaces it
     dashboard_url: str
+
+    @classmethod
+    def of(cls, d: Deployment, *, deployed: bool, endpoint: str | None, health_ok: bool | None,
+           health_detail: str, spend_usd_per_hour: float | None, problems: list[str],
+           recoverable: bool) -> StatusFacts:
+        """The facts the settings give, and those the kind's status read."""
+        return cls(stack=d.name, provisioning_model=d.stack.provisioning_model,
+                   project=d.gcp.project, zone=d.gcp.zone, deployed=deployed, endpoint=endpoint,
+                   health_ok=health_ok, health_detail=health_detail,
+                   price_usd_per_hour=d.usd_per_hour, spend_usd_per_hour=spend_usd_per_hour,
+                   problems=problems, recoverable=recoverable,
+                   dashboard_url=stack_dashboard_url(d))
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,9 @@ class StatusTable:
     summary: str | None = None
     wrap_summary: bool = False
     gap_after_summary: bool = True  # a blank line after it
-    rows: list[tuple[str, str]] = field(default_factory=list)  # the facts grid: key, value
+    # The facts grid (key, value), shown when it has rows; the renderer ends it with the rows
+    # every kind has (the dashboard).
+    rows: list[tuple[str, str]] = field(default_factory=list)
     tables: list[SubTable] = field(default_factory=list)
 
 
