@@ -11,7 +11,7 @@ and the secrets.
 from __future__ import annotations
 
 from tpuserve.render.boot_script import render_startup
-from tpuserve.render.dashboard import dashboard_url
+from tpuserve.render.dashboard import stack_dashboard_url
 from tpuserve.settings import Deployment
 from tpuserve.settings.base_stack import BASE_STACK
 
@@ -41,7 +41,7 @@ class ServingStack(TpuserveStack):
         base = scope.node.try_find_child(BASE_STACK)
         if base is not None and hasattr(base, "add_stack"):
             base.add_stack(d)
-        self.output("dashboard_url", dashboard_url(d.gcp.project, d.gcp.deployment),
+        self.output("dashboard_url", stack_dashboard_url(d),
                     "The deployment's Cloud Monitoring dashboard (this stack's lines, its "
                     "alerts' incidents)")
 

@@ -177,7 +177,9 @@ def test_status_json_keys(fleet: Fleet) -> None:
         "stack", "provisioning_model", "project", "zone", "cluster", "kube_context", "deployed",
         "replicas", "autoscaler", "gateway", "endpoint", "health", "pods", "pending",
         "billed_replicas", "usd_per_replica_hour", "usd_per_hour", "truncated", "problems",
-        "dashboard_url", "picker"}
+        "dashboard_url", "picker",
+        # issue 25's two money keys every kind has (tests/cli/test_cli_status_money.py)
+        "price_usd_per_hour", "spend_usd_per_hour"}
     assert doc["autoscaler"] == {
         "min_replicas": 1, "max_replicas": 4, "current_replicas": 2, "desired_replicas": 2,
         "metrics": [{"name": METRIC, "type": "Pods", "current": 3.0, "target": 8.0,

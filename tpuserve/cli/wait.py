@@ -75,7 +75,7 @@ def wait(
 
 
 def _wait_fleet(d: Deployment, timeout: float, poll_s: float, json_output: bool) -> None:
-    from tpuserve.ops import fleet_status
+    from tpuserve.ops import fleet_wait
 
     def on_event(phase: str, state: str, elapsed: float, done: bool) -> None:
         t = format_duration(elapsed)
@@ -83,8 +83,8 @@ def _wait_fleet(d: Deployment, timeout: float, poll_s: float, json_output: bool)
         err_console.print(f"{mark} {phase}: {escape(state)} [dim]({t})[/]", soft_wrap=True)
 
     with http_client(HEALTH_TIMEOUT_S, deadline=Deadline(timeout)) as http:
-        result = fleet_status.wait_for_fleet(d, http=http, timeout_s=timeout, poll_s=poll_s,
-                                             on_event=on_event)
+        result = fleet_wait.wait_for_fleet(d, http=http, timeout_s=timeout, poll_s=poll_s,
+                                           on_event=on_event)
     if json_output:
         emit_json(result.to_json())
         return

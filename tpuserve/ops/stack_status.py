@@ -10,30 +10,38 @@ from typing import Any, Protocol
 import httpx
 
 from tpuserve.gcp.tpu.nodes import NodeView
-from tpuserve.gcp.tpu.queued_resources import (
-    DEAD_STATES,
-    KNOWN_STATES,
-    MISSING,
-    QueuedResource,
-    ref_for,
-)
+from tpuserve.gcp.tpu.queued_resources import QueuedResource, ref_for
 from tpuserve.planner.arithmetic import cost_for_hours
-from tpuserve.render.dashboard import dashboard_url
 from tpuserve.settings import Deployment
-from tpuserve.settings.base import parse_duration
 
 from . import server, tls
-from .boot_phases import NAMESPACE, BootReport, parse_boot, parse_time
+from .boot_phases import NAMESPACE, BootReport, parse_boot
 from .errors import OpsError
 from .reconverge import Reconverge, parse_reconverge
 from .served_config import ServedConfig, deployed_sha256, parse_served
+from .status_kinds import (
+    LOST_NODE_STATES,
+    RECOVERABLE_NODE_STATES,
+    RECOVERABLE_QR_STATES,
+    NodeKind,
+    node_kind,
+)
+from .status_model import (
+    KindJson,
+    StatusFacts,
+    StatusModel,
+    StatusTable,
+    SubTable,
+    format_duration,
+    health_line,
+    status_json,
+)
+from .status_model import round_or_none as _round
 
-# Node states that end a node's life: only a new node (a redeploy) brings the server back.
-LOST_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING"})
-# Spot: issue 5's recover deletes and redeploys. A TERMINATED spot VM cannot be started again,
-# so it is recovered the same way as a PREEMPTED one (issue 11).
-RECOVERABLE_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED"})
-RECOVERABLE_QR_STATES = frozenset({"SUSPENDED", "FAILED"})  # flex: issue 5's recover
+__all__ = ["HEALTH_TIMEOUT_S", "LOST_NODE_STATES", "RECOVERABLE_NODE_STATES",
+           "RECOVERABLE_QR_STATES", "StackStatus", "TpuSource", "format_duration",
+           "stack_status"]
+
 HEALTH_TIMEOUT_S = 5.0
 
 Now = Callable[[], dt.datetime]
@@ -53,6 +61,8 @@ class TpuSource(Protocol):
 
 @dataclass
 class StackStatus:
+    """A VM stack's status (spot, ondemand, flex): its node, and flex's queued resource."""
+
     d: Deployment = field(repr=False)
     node: NodeView | None
     qr: QueuedResource | None
@@ -66,14 +76,12 @@ class StackStatus:
     reconverge: Reconverge | None = None
 
     @property
-    def is_flex(self) -> bool:
-        return self.d.stack.provisioning_model == "flex"
+    def kind(self) -> NodeKind:
+        return node_kind(self.d)
 
     @property
     def qr_state(self) -> str | None:
-        if not self.is_flex:
-            return None
-        return self.qr.state if self.qr else MISSING
+        return self.kind.qr_state(self.qr)
 
     @property
     def deployed(self) -> bool:
@@ -105,30 +113,15 @@ class StackStatus:
         return None if running is None else cost_for_hours(self.d.usd_per_hour, running / 3600)
 
     @property
+    def spend_usd_per_hour(self) -> float:
+        """What bills now: the node's price while it bills (the TPU API bills a node from its
+        creation until it is lost or deleted), nothing before or after."""
+        return self.d.usd_per_hour if self.billing else 0.0
+
+    @property
     def ends_at(self) -> tuple[dt.datetime | None, str]:
         """When the node stops billing by itself, and the rule that says so."""
-        created = self.node.create_time if self.node else None
-        if self.is_flex:
-            run = (self.qr.raw.get("runDuration") or {}) if self.qr else {}
-            if run.get("terminationTime"):
-                return parse_time(str(run["terminationTime"])), "flex termination time"
-            text = str(run.get("maxRunDuration") or "")
-            seconds = float(text[:-1]) if text.endswith("s") else parse_duration(
-                self.d.stack.max_run_duration
-            )
-            rule = f"flex max run duration {format_duration(seconds)}"
-            return (created + dt.timedelta(seconds=seconds) if created else None), rule
-        hours = self.d.stack.max_run_hours
-        if self.boot.guard_deadline is not None:
-            return self.boot.guard_deadline, "billing guard"
-        if hours <= 0:
-            return None, "none: billing guard off (stack.max_run_hours = 0)"
-        if created is None:
-            return None, f"billing guard {hours:g} h"
-        # The guard's Cloud Tasks task fires at exactly this time (tpuserve.gcp.billing_guard);
-        # nodes booted by an older script may still report their own deadline (above).
-        return created + dt.timedelta(hours=hours), (
-            f"billing guard {hours:g} h (createTime + max_run_hours)")
+        return self.kind.ends_at(self)
 
     @property
     def ends_in_s(self) -> float | None:
@@ -139,24 +132,12 @@ class StackStatus:
 
     @property
     def recoverable(self) -> bool:
-        if self.is_flex:
-            return self.qr is not None and self.qr.state in RECOVERABLE_QR_STATES
-        return self.node is not None and self.node.state in RECOVERABLE_NODE_STATES
+        return self.kind.recoverable(self)
 
     @property
     def problems(self) -> list[str]:
-        out: list[str] = []
+        out = self.kind.queue_problems(self)
         name = self.d.name
-        if self.is_flex and self.qr is not None and self.qr.state in DEAD_STATES:
-            why = f": {self.qr.failure}" if self.qr.failure else ""
-            out.append(
-                f"queued resource {self.qr.state}{why}; `tpuserve recover {name}` replaces it"
-            )
-        if self.is_flex and self.qr is not None and self.qr.state not in KNOWN_STATES:
-            out.append(
-                f"queued resource state unknown ({self.qr.state}): neither live nor dead as "
-                "far as tpuserve can tell; nothing is replaced; check again in a minute"
-            )
         if self.node is not None and self.node.state in LOST_NODE_STATES:
             hint = (f"`tpuserve recover {name}` deletes it and redeploys"
                     if self.node.state in RECOVERABLE_NODE_STATES
@@ -173,58 +154,75 @@ class StackStatus:
             out.append(f"the node could not apply the changed config: {self.served.reconverge}")
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def model(self) -> StatusModel:
+        d, n = self.d, self.node
+        facts = StatusFacts.of(
+            d, deployed=self.deployed, endpoint=self.endpoint, health_ok=self.health_ok,
+            health_detail=self.health_detail, spend_usd_per_hour=self.spend_usd_per_hour,
+            problems=self.problems, recoverable=self.recoverable)
         at, rule = self.ends_at
+        kind = KindJson(
+            identity={"node_name": d.node_name},
+            state={
+                "queued_resource_state": self.qr_state,
+                "queued_resource_failure": self.qr.failure if self.qr else None,
+                "node_state": n.state if n else None,
+                "node_health": n.health if n else None,
+                "external_ip": n.external_ip if n else None,
+            },
+            detail={
+                "boot": self.boot.to_json(),
+                "created_at": n.create_time.isoformat() if n and n.create_time else None,
+                "running_s": _round(self.running_s),
+                "usd_per_hour": round(d.usd_per_hour, 4),  # a price here (the fleet: spend)
+                "spent_usd": _round(self.spent_usd, 4),
+                "ends_at": at.isoformat() if at else None,
+                "ends_in_s": _round(self.ends_in_s),
+                "end_rule": rule,
+                "recoverable": facts.recoverable,
+            },
+            tail={
+                "config": (self.served or ServedConfig(deployed_sha256(d))).to_json(),
+                "reconverge": self.reconverge.to_json() if self.reconverge else None,
+            },
+        )
+        return StatusModel(facts, kind, self._table(facts))
+
+    def _table(self, f: StatusFacts) -> StatusTable:
+        title = f"[bold]{f.stack}[/] ({f.provisioning_model}, {f.zone})"
+        if not f.deployed:
+            return StatusTable(title, summary="not deployed", gap_after_summary=False)
         n = self.node
-        return {
-            "stack": self.d.name,
-            "provisioning_model": self.d.stack.provisioning_model,
-            "project": self.d.gcp.project,
-            "zone": self.d.gcp.zone,
-            "node_name": self.d.node_name,
-            "deployed": self.deployed,
-            "queued_resource_state": self.qr_state,
-            "queued_resource_failure": self.qr.failure if self.qr else None,
-            "node_state": n.state if n else None,
-            "node_health": n.health if n else None,
-            "external_ip": n.external_ip if n else None,
-            "endpoint": self.endpoint,
-            "health": {"ok": self.health_ok, "detail": self.health_detail},
-            "boot": self.boot.to_json(),
-            "created_at": n.create_time.isoformat() if n and n.create_time else None,
-            "running_s": _round(self.running_s),
-            "usd_per_hour": round(self.d.usd_per_hour, 4),
-            "spent_usd": _round(self.spent_usd, 4),
-            "ends_at": at.isoformat() if at else None,
-            "ends_in_s": _round(self.ends_in_s),
-            "end_rule": rule,
-            "recoverable": self.recoverable,
-            "problems": self.problems,
-            "config": (self.served or ServedConfig(deployed_sha256(self.d))).to_json(),
-            "reconverge": self.reconverge.to_json() if self.reconverge else None,
-            "dashboard_url": dashboard_url(self.d.gcp.project, self.d.gcp.deployment),
-        }
+        at, rule = self.ends_at
+        state = "node: none"
+        if n:
+            state = f"node {n.state}" + (f" ({n.health.lower()})"
+                                         if n.health != "HEALTH_UNSPECIFIED" else "")
+        rows = [
+            ("state", self.kind.state_line(self, state)),
+            ("health", health_line(f.health_ok, f.health_detail)),
+            ("endpoint", f"{f.endpoint}/v1" if f.endpoint else "-"),
+            ("boot", self.boot.state + (f": {self.boot.reason}" if self.boot.reason else "")),
+        ]
+        if n and self.served is not None:
+            rows.append(("config", self.served.describe()))
+            reconverge = self.served.describe_reconverge()
+            if reconverge:
+                rows.append(("reconverge", reconverge))
+        if self.running_s is not None:
+            rows.append(("running", f"{format_duration(self.running_s)} since "
+                         f"{n.create_time:%Y-%m-%d %H:%M} UTC" if n and n.create_time else "-"))
+            rows.append(("spent", f"${self.spent_usd:,.2f} at ${self.d.usd_per_hour:.4f}/h"))
+        if self.billing:
+            ends = f"{format_duration(self.ends_in_s)} ({rule})" if at else rule
+            rows.append(("ends in", ends))
+        phases = SubTable(("boot phase", "at (UTC)", "detail"), [
+            (p.label, p.at.strftime("%m-%d %H:%M:%S") if p.at else "-", p.detail)
+            for p in self.boot.phases])
+        return StatusTable(title, rows=rows, tables=[phases])
 
-
-def _round(x: float | None, nd: int = 1) -> float | None:
-    return None if x is None else round(x, nd)
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    sign = "-" if seconds < 0 else ""
-    s = int(abs(seconds))
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{sign}{d}d{h:02d}h"
-    if h:
-        return f"{sign}{h}h{m:02d}m"
-    if m:
-        return f"{sign}{m}m{s:02d}s"
-    return f"{sign}{s}s"
+    def to_json(self) -> dict[str, Any]:
+        return status_json(self.model())
 
 
 def stack_status(
@@ -235,7 +233,7 @@ def stack_status(
     now: Now = utcnow,
 ) -> StackStatus:
     """Ask the TPU API (and the server's /health when there is a READY node) about one stack."""
-    qr = tpu.get_queued_resource(ref_for(d)) if d.stack.provisioning_model == "flex" else None
+    qr = tpu.get_queued_resource(ref_for(d)) if node_kind(d).queued else None
     node = tpu.get_node(d)
     boot = BootReport("unknown", "", ())
     attrs: dict[str, str] = {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpuserve.facts import (
     COLD_START_S,
@@ -41,6 +41,9 @@ from tpuserve.render.vllm_metrics import (
     TPU_TENSORCORE_UTILIZATION,
     selector,
 )
+
+if TYPE_CHECKING:
+    from tpuserve.settings import Deployment
 
 COLUMNS = 48  # mosaicLayout's grid width
 WIDTH = 24    # two charts a row
@@ -66,6 +69,11 @@ def dashboard_name(project: str, deployment: str) -> str:
 def dashboard_url(project: str, deployment: str) -> str:
     return (f"https://console.cloud.google.com/monitoring/dashboards/custom/"
             f"{dashboard_id(deployment)}?project={project}")
+
+
+def stack_dashboard_url(d: Deployment) -> str:
+    """The dashboard a serving stack's outputs and `tpuserve status` link (its deployment's)."""
+    return dashboard_url(d.gcp.project, d.gcp.deployment)
 
 
 def usd_per_million_tokens_query(deployment: str, stack: StackPrice, window: str = "15m") -> str:
