@@ -72,7 +72,6 @@ TO_SPLIT: frozenset[str] = frozenset({
     "tpuserve/gcp/kubectl.py",
     "tpuserve/gcp/provisioner.py",
     "tpuserve/gcp/tpu/client.py",
-    "tpuserve/ops/fleet_status.py",
     "tpuserve/ops/loadgen.py",
 })
 
