@@ -24,6 +24,7 @@ from tpuserve.facts import (
 )
 from tpuserve.gcp.endpoints import psc_root
 from tpuserve.paths import DEFAULT_CONFIG
+from tpuserve.settings import measured_rules
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import (
     ProvisioningModel,
@@ -117,20 +118,10 @@ class TpuSettings(StrictModel):
     def _runtime(cls, v: str) -> str:
         return check("tpu.runtime_version", v, rules.RUNTIME_VERSION)
 
-    @field_validator("accelerator_type")
+    @field_validator(*measured_rules.checked_fields("tpu", before=False))
     @classmethod
-    def _accelerator(cls, v: str) -> str:
-        if re.fullmatch(r"v5e-[0-9]+", v):
-            raise spec_error(
-                "tpu.accelerator_type", v, f"spell it 'v5litepod-{v.split('-')[1]}'",
-                "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",
-            )
-        if not re.fullmatch(r"v5litepod-(1|4|8|16|32|64|128|256)", v):
-            raise spec_error(
-                "tpu.accelerator_type", v, "must be a v5e slice: v5litepod-1, -4, -8 ... -256",
-                "SPEC 1: this deployment targets Cloud TPU v5e",
-            )
-        return v
+    def _measured(cls, v: object, info: ValidationInfo) -> object:
+        return measured_rules.enforce(f"tpu.{info.field_name}", v, info.data)
 
     @property
     def chips(self) -> int:
