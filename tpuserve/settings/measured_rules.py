@@ -104,6 +104,17 @@ def _fullmatch(pattern: str) -> Callable[[str], bool]:
 _V5E_PROSE = _fullmatch(r"v5e-[0-9]+")
 _V5E_SLICE = _fullmatch(r"v5litepod-(1|4|8|16|32|64|128|256)")
 
+# $/chip-hour bound: SPEC 2's list prices are 0.58-1.20; 100 catches a price typed per month
+# or in cents without refusing any real TPU price.
+MAX_USD_PER_CHIP_HOUR = 100.0
+
+
+def _price_out_of_range(v: object, o: Mapping[str, Any]) -> bool:
+    # Raw input: a number out of range gets this rule; a string the type's own message.
+    return isinstance(v, int | float) and not isinstance(v, bool) and not (
+        0 < v <= MAX_USD_PER_CHIP_HOUR)
+
+
 # SPEC 4: what killed the server above the measured ceiling.
 _GPU_MEM_DIED = (f"{GPU_MEM_FATAL} died {GPU_MEM_FATAL_BOOT_S} s into boot with "
                  "RuntimeProgramAllocationFailure")
@@ -252,6 +263,13 @@ RULES: tuple[Rule, ...] = (
     Rule("(fixed)", "note",
          "the token is a read-only file from Secret Manager, never -e HF_TOKEN=value", "SPEC 3",
          flag="HF_TOKEN_PATH"),
+    # --------------------------------------------------------------------------- [pricing]
+    *(Rule(f"pricing.{model}", "error",
+           f"must be a finite $/chip-hour above 0 and at most {MAX_USD_PER_CHIP_HOUR:g}",
+           "SPEC 2: list prices are 0.58-1.20 $/chip-hour; a larger number is a price per "
+           "month or in cents, and every cost figure would be wrong",
+           broken=_price_out_of_range, before=True)
+      for model in ("spot", "flex", "ondemand")),
     # --------------------------------------------------------------------------- [tpu]
     Rule("tpu.accelerator_type", "error", "spell it 'v5litepod-{n}'",
          "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",

@@ -30,8 +30,10 @@ class TpuInferenceEnv(StrictModel):
 
 
 class VllmSettings(StrictModel):
-    """The `vllm serve` settings; a field's `Flag` is the option it renders to, in this order
-    (tpuserve/render/vllm_args.py), and its measured rules are in settings/measured_rules.py."""
+    """The server: the model, the vLLM image, and the `vllm serve` flags it runs with.
+
+    A field's `Flag` is the option it renders to, in this order (tpuserve/render/
+    vllm_args.py); its measured rules are in settings/measured_rules.py."""
 
     model: str = "google/gemma-4-E2B-it"
     image: str = "vllm/vllm-tpu:nightly"
