@@ -45,7 +45,7 @@ PRIVATE_V4 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/1
 class GcpSettings(StrictModel):
     # config/default.toml's placeholder synthesizes offline; TPUSERVE_PROJECT sets a real one.
     project: str
-    # SPEC 1: the zone where flex-start took v5litepod-1 (tpuserve/facts.py FLEX_ZONES_GOOD).
+    # SPEC 1: the only zone that accepted flex-start for v5litepod-1 where it was measured.
     zone: str = "us-west4-a"
     # Unset: the project creates a network and subnet of its own (`<deployment>-net`), so the
     # firewall rules are the only ones that apply. Set: bring your own (nothing is created).
@@ -116,7 +116,7 @@ class GcpSettings(StrictModel):
 class TpuSettings(StrictModel):
     # SPEC 1: the TPU API's spelling; "v5e-1" is prose only.
     accelerator_type: str = "v5litepod-1"
-    # SPEC 1: the TPU VM image every figure was measured on.
+    # SPEC 1: the TPU VM runtime of the deployment every figure was measured on.
     runtime_version: str = "v2-alpha-tpuv5-lite"
 
     @field_validator("runtime_version")
