@@ -54,6 +54,8 @@ class Flag:
 
 @dataclass(frozen=True)
 class Rule:
+    """One measured rule of one setting: an error, a warning, or a note that only explains."""
+
     setting: str  # the dotted setting path it guards, e.g. vllm.gpu_memory_utilization
     level: Level
     words: str  # the rule as the user reads it
