@@ -20,7 +20,6 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal
 
-import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -179,12 +178,12 @@ def _type(annotation: Any, metadata: list[Any]) -> str:
 
 
 def _bounds(metadata: list[Any]) -> str:
+    """Pydantic's bounds (annotated_types Ge/Gt/Le/Lt, one attribute each) in words."""
     words = []
     for m in metadata:
-        for cls, attr, sign in ((annotated_types.Ge, "ge", ">="), (annotated_types.Gt, "gt", ">"),
-                                (annotated_types.Le, "le", "<="), (annotated_types.Lt, "lt", "<")):
-            if isinstance(m, cls):
-                bound = getattr(m, attr)
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            bound = getattr(m, attr, None)
+            if isinstance(bound, int | float) and not isinstance(m, FieldInfo):
                 words.append(f"{sign} {bound:,}" if isinstance(bound, int) else f"{sign} {bound}")
         if isinstance(m, FieldInfo):
             words.append(_bounds(list(m.metadata)).strip(" ()"))
