@@ -133,7 +133,7 @@ def test_the_image_is_pinned_and_on_by_default(serving: dict[str, Deployment]) -
     for moving in ("otel/opentelemetry-collector-contrib",
                    "otel/opentelemetry-collector-contrib:latest", "otel/x y:1"):
         raw = load_raw(environ={})
-        raw["monitoring"] = {**raw["monitoring"], "collector_image": moving}
+        raw["monitoring"] = {**raw.get("monitoring", {}), "collector_image": moving}
         with pytest.raises(ConfigError, match=r"monitoring\.collector_image"):
             from_raw(raw)
 

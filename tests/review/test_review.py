@@ -68,12 +68,13 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     git(root, "commit", "-q", "-m", "base")
     base = git(root, "rev-parse", "HEAD")
     cfg = root / "config" / "default.toml"
-    edit(cfg, "api_source_ranges = []", 'api_source_ranges = ["203.0.113.0/24"]')  # (a)
-    edit(cfg, "max_model_len = 32768", "max_model_len = 16384")  # (b)
+    # default.toml states no model default: (a), (b) and (d) set values it leaves to the models.
+    edit(cfg, "[vllm]\n", "[vllm]\nmax_model_len = 16384\n")  # (b)
     text = cfg.read_text()  # (c) drop [stacks.ondemand]
     start = text.index("[stacks.ondemand]")
-    cfg.write_text(text[:start] + text[text.index("[stacks.flex]"):])
-    edit(cfg, "NUM_PRECOMPILE_WORKERS = 1", "NUM_PRECOMPILE_WORKERS = 4")  # (d)
+    cfg.write_text(text[:start] + text[text.index("[stacks.flex]"):]
+                   + '\n[access]\napi_source_ranges = ["203.0.113.0/24"]\n'  # (a)
+                   + "\n[vllm.env]\nNUM_PRECOMPILE_WORKERS = 4\n")  # (d)
     edit(root / "stacks" / "firewall.py", 'description="SSH from Google',  # (e)
          'description="Plain SSH from Google')
     git(root, "commit", "-q", "-am", "head")
@@ -303,8 +304,8 @@ def test_an_old_config_that_fails_todays_rules_is_reported(tmp_path: Path) -> No
 def test_an_env_change_leaves_capacity_unchanged_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "default.toml").write_text(
-        (REPO_ROOT / "config" / "default.toml").read_text().replace(
-            "NUM_PRECOMPILE_WORKERS = 1", "NUM_PRECOMPILE_WORKERS = 8"))
+        (REPO_ROOT / "config" / "default.toml").read_text()
+        + "\n[vllm.env]\nNUM_PRECOMPILE_WORKERS = 8\n")
     docs = Synthesis({name: {"resource": {}} for name in ("spot", "ondemand", "flex", "fleet")})
     same = RevisionFacts("a", None, docs, config_facts(REPO_ROOT))
     r = build_review(same, RevisionFacts("b", None, docs, config_facts(tmp_path)))

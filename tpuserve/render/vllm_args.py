@@ -7,10 +7,13 @@ HF_TOKEN_PATH, never as `-e HF_TOKEN=value` (SPEC 3: it would show in `docker in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import typing
 
 from tpuserve.settings import Deployment
+from tpuserve.settings.measured_rules import Flag
 from tpuserve.settings.vllm import TpuInferenceEnv, VllmSettings
 
 # Paths inside the container (fixed: the compile-cache key and the boot script rely on them).
@@ -21,7 +24,11 @@ CONTAINER_NAME = "vllm-gemma4"  # SPEC 4's container name
 
 
 def serve_argv(v: VllmSettings) -> list[str]:
-    """`vllm serve MODEL --flag ...` in SPEC 4's order; unset options are left to vLLM."""
+    """`vllm serve MODEL --flag ...` in SPEC 4's order; unset options are left to vLLM.
+
+    Every field with a `Flag` renders to its spelling in the settings' order; a switch appears
+    when on, an unset option not at all. dtype, kv-cache-dtype and gpu-memory-utilization
+    restate vLLM's defaults: kept for audit."""
     for name in ("model", "kv_cache_dtype", "tool_call_parser", "reasoning_parser"):
         value = getattr(v, name)
         # the settings' patterns refuse these already; a model built around them must not
@@ -30,40 +37,54 @@ def serve_argv(v: VllmSettings) -> list[str]:
             raise ValueError(f"vllm.{name} = {value[:80]!r}: must not begin with '-' "
                              "(vLLM would read it as an option)")
     argv = ["vllm", "serve", v.model]
-    # dtype, kv-cache-dtype and gpu-memory-utilization restate vLLM's defaults: kept for audit.
-    argv += ["--dtype", v.dtype, "--kv-cache-dtype", v.kv_cache_dtype]
-    argv += ["--max-model-len", str(v.max_model_len)]
-    argv += ["--max-num-batched-tokens", str(v.max_num_batched_tokens)]
-    if v.max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(v.max_num_seqs)]
-    argv += ["--tensor-parallel-size", str(v.tensor_parallel_size)]
-    if v.kv_cache_memory_bytes is not None:
-        # SPEC 4: bytes instead of the fraction; skips memory profiling on later boots.
-        argv += ["--kv-cache-memory", str(v.kv_cache_memory_bytes)]
-    else:
-        argv += ["--gpu-memory-utilization", _num(v.gpu_memory_utilization)]
-    if v.enable_prefix_caching:
-        argv.append("--enable-prefix-caching")
-    if v.disable_chunked_mm_input:
-        argv.append("--disable-chunked-mm-input")
-    if v.limit_mm_per_prompt:
-        argv += ["--limit-mm-per-prompt", json.dumps(v.limit_mm_per_prompt, separators=(",", ":"))]
-    if v.enable_auto_tool_choice:
-        argv.append("--enable-auto-tool-choice")
-    if v.tool_call_parser:
-        argv += ["--tool-call-parser", v.tool_call_parser]
-    if v.reasoning_parser:
-        argv += ["--reasoning-parser", v.reasoning_parser]
+    for name, flag, kind in serve_flags():
+        value = getattr(v, name)
+        if name == "gpu_memory_utilization" and v.kv_cache_memory_bytes is not None:
+            continue  # SPEC 4: the KV pool in bytes replaces the fraction
+        if kind == "switch":
+            if value:
+                argv.append(flag)
+        elif kind == "always" or value not in (None, "", {}):
+            argv += [flag, _value(value)]
     return argv
+
+
+@functools.cache
+def serve_flags() -> tuple[tuple[str, str, str], ...]:
+    """(field, flag, kind) of every flagged setting, in argv order: declaration order, with a
+    flag that names `after` moved behind that field's. A bool is a switch (present when on);
+    a setting that may be unset (None) or empty (a table) is an option left out when it is;
+    any other is always passed."""
+    flagged = [(name, m) for name, info in VllmSettings.model_fields.items()
+               for m in info.metadata if isinstance(m, Flag)]
+    order = [name for name, m in flagged if m.after is None]
+    for name, m in flagged:
+        if m.after is not None:
+            order.insert(order.index(m.after) + 1, name)
+    spelling = {name: m.spelling for name, m in flagged}
+    return tuple((name, spelling[name], _kind(VllmSettings.model_fields[name].annotation))
+                 for name in order)
+
+
+def _kind(annotation: object) -> str:
+    if annotation is bool:
+        return "switch"
+    if type(None) in typing.get_args(annotation) or typing.get_origin(annotation) is dict:
+        return "option"
+    return "always"
+
+
+def _value(x: object) -> str:
+    if isinstance(x, float):
+        return f"{x:g}"
+    if isinstance(x, dict):
+        return json.dumps(x, separators=(",", ":"))
+    return str(x)
 
 
 def listen_argv(host: str, port: int) -> list[str]:
     """Where vLLM listens; kept apart so serve_argv stays comparable with SPEC 4."""
     return ["--host", host, "--port", str(port)]
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
 
 
 def tpu_inference_env(env: TpuInferenceEnv) -> dict[str, str]:

@@ -24,6 +24,7 @@ from tpuserve.facts import (
 )
 from tpuserve.gcp.endpoints import psc_root
 from tpuserve.paths import DEFAULT_CONFIG
+from tpuserve.settings import measured_rules
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import (
     ProvisioningModel,
@@ -32,6 +33,7 @@ from tpuserve.settings.base import (
     parse_duration,
     spec_error,
 )
+from tpuserve.settings.measured_rules import MAX_USD_PER_CHIP_HOUR
 from tpuserve.settings.string_rules import check, shown
 
 # Subnets the project creates for itself: private IPv4 (RFC 1918) only, /8 to /29 (the
@@ -41,13 +43,16 @@ PRIVATE_V4 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/1
 
 
 class GcpSettings(StrictModel):
+    # config/default.toml's placeholder synthesizes offline; TPUSERVE_PROJECT sets a real one.
     project: str
+    # SPEC 1: the only zone that accepted flex-start for v5litepod-1 where it was measured.
     zone: str = "us-west4-a"
     # Unset: the project creates a network and subnet of its own (`<deployment>-net`), so the
     # firewall rules are the only ones that apply. Set: bring your own (nothing is created).
     network: str | None = None
     # Names the long-lived resources every stack of one deployment shares (the network).
     deployment: str = "tpuserve"
+    # The subnet tpuserve creates in the zone's region (private IPv4; unused with a network).
     subnet_cidr: str = "10.64.0.0/20"
     # Where the billing guard's Cloud Tasks task calls the TPU API: unset, Google's production
     # root; set, a Private Service Connect endpoint (https://NAME.p.googleapis.com/). Never the
@@ -109,7 +114,9 @@ class GcpSettings(StrictModel):
 
 
 class TpuSettings(StrictModel):
+    # SPEC 1: the TPU API's spelling; "v5e-1" is prose only.
     accelerator_type: str = "v5litepod-1"
+    # SPEC 1: the TPU VM runtime of the deployment every figure was measured on.
     runtime_version: str = "v2-alpha-tpuv5-lite"
 
     @field_validator("runtime_version")
@@ -117,20 +124,10 @@ class TpuSettings(StrictModel):
     def _runtime(cls, v: str) -> str:
         return check("tpu.runtime_version", v, rules.RUNTIME_VERSION)
 
-    @field_validator("accelerator_type")
+    @field_validator(*measured_rules.checked_fields("tpu", before=False))
     @classmethod
-    def _accelerator(cls, v: str) -> str:
-        if re.fullmatch(r"v5e-[0-9]+", v):
-            raise spec_error(
-                "tpu.accelerator_type", v, f"spell it 'v5litepod-{v.split('-')[1]}'",
-                "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",
-            )
-        if not re.fullmatch(r"v5litepod-(1|4|8|16|32|64|128|256)", v):
-            raise spec_error(
-                "tpu.accelerator_type", v, "must be a v5e slice: v5litepod-1, -4, -8 ... -256",
-                "SPEC 1: this deployment targets Cloud TPU v5e",
-            )
-        return v
+    def _measured(cls, v: object, info: ValidationInfo) -> object:
+        return measured_rules.enforce(f"tpu.{info.field_name}", v, info.data)
 
     @property
     def chips(self) -> int:
@@ -142,7 +139,9 @@ PROXY_IMAGE = ("nginx:1.30.5-alpine"
 
 
 class AccessSettings(StrictModel):
+    # The API port is closed unless ranges are listed here.
     api_source_ranges: list[str] = Field(default_factory=list)
+    # SSH is open to Google's IAP range (tpuserve/facts.py IAP_RANGE) and to these ranges.
     ssh_source_ranges: list[str] = Field(default_factory=list)
     # vLLM's --api-key guards only /v1; the proxy checks the key on every path but /health.
     api_key_proxy: bool = True
@@ -188,9 +187,6 @@ class AccessSettings(StrictModel):
         return v
 
 
-# $/chip-hour bound: SPEC 2's list prices are 0.58-1.20; 100 catches a price typed per month
-# or in cents without refusing any real TPU price.
-MAX_USD_PER_CHIP_HOUR = 100.0
 Price = Annotated[float, Field(gt=0, le=MAX_USD_PER_CHIP_HOUR)]
 
 
@@ -201,24 +197,16 @@ class PricingSettings(StrictModel):
     flex: Price = PRICES_USD_PER_CHIP_HOUR["flex"]
     ondemand: Price = PRICES_USD_PER_CHIP_HOUR["ondemand"]
 
-    @field_validator("spot", "flex", "ondemand", mode="before")
+    @field_validator(*measured_rules.checked_fields("pricing", before=True), mode="before")
     @classmethod
-    def _price(cls, v: object, info: ValidationInfo) -> object:
-        if isinstance(v, int | float) and not isinstance(v, bool) and not (
-            0 < v <= MAX_USD_PER_CHIP_HOUR
-        ):
-            raise spec_error(
-                f"pricing.{info.field_name}", v,
-                f"must be a finite $/chip-hour above 0 and at most {MAX_USD_PER_CHIP_HOUR:g}",
-                "SPEC 2: list prices are 0.58-1.20 $/chip-hour; a larger number is a price "
-                "per month or in cents, and every cost figure would be wrong",
-            )
-        return v
+    def _measured_before(cls, v: object, info: ValidationInfo) -> object:
+        return measured_rules.enforce(f"pricing.{info.field_name}", v, info.data)
 
 
 class CacheSettings(StrictModel):
     """The XLA compile cache in a per-stack Cloud Storage bucket (SPEC 4: a warm boot is faster)."""
 
+    # The base's bucket holds one cache per configuration: a new node restarts warm (SPEC 4).
     enabled: bool = True
     # Days a cache may go unused before the bucket deletes it: every healthy boot that restores
     # or publishes it renews its object's customTime (lifecycle days_since_custom_time).
@@ -258,6 +246,8 @@ class CapacitySettings(StrictModel):
 class StateSettings(StrictModel):
     """Where Terraform keeps each stack's state: local files, or a GCS bucket for teams/CI."""
 
+    # Unset: terraform.<stack>.tfstate files; a bucket for a team, and for the plan-review
+    # workflow's `cdktf diff` to see what is deployed.
     gcs_bucket: str | None = None
     gcs_prefix: str = "tpuserve"
 

@@ -4,51 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 
-from tpuserve.facts import (
-    FLEX_ZONES_GOOD,
-    GPU_MEM_CEILING,
-    HOURS_PER_MONTH,
-    KV_DTYPES_FP8,
-    MODEL_KV_HEADS,
-)
+from tpuserve.facts import FLEX_ZONES_GOOD, HOURS_PER_MONTH
+from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
 
 
 def deployment_warnings(d: Deployment) -> list[str]:
     """Soft rules of the settings themselves (capacity ones: tpuserve.settings.loader)."""
-    v = d.vllm
-    out: list[str] = []
-    if v.kv_cache_dtype in KV_DTYPES_FP8:
-        out.append(
-            f"vllm.kv_cache_dtype = {v.kv_cache_dtype!r}: buys 1.000x KV capacity at ~2% lower "
-            "throughput (SPEC 4: the word-aligned block layout keeps 5,021 blocks); prefer auto"
-        )
-    mnbt = v.max_num_batched_tokens
-    if mnbt & (mnbt - 1):
-        bucket = 1 << (mnbt - 1).bit_length()
-        out.append(
-            f"vllm.max_num_batched_tokens = {mnbt}: not a power of two, it compiles as the "
-            f"{bucket} bucket anyway (SPEC 4: 2496 compiled the 4096 ladder and cost -24.7% "
-            "throughput at 8k/64); use a power of two"
-        )
-    if v.tensor_parallel_size > 1:
-        out.append(
-            f"vllm.tensor_parallel_size = {v.tensor_parallel_size}: the model has "
-            f"{MODEL_KV_HEADS} KV head, padded to a multiple of TP, so KV memory is paid "
-            f"{v.tensor_parallel_size}x for one replicated head (SPEC 4)"
-        )
-    if v.gpu_memory_utilization > GPU_MEM_CEILING:
-        out.append(
-            f"vllm.gpu_memory_utilization = {v.gpu_memory_utilization}: untested above "
-            f"{GPU_MEM_CEILING} (SPEC 4: estimated margins ~291 MB at 0.93, ~127 MB at 0.94; "
-            "0.95 died)"
-        )
-    if v.max_num_seqs is not None:
-        out.append(
-            f"vllm.max_num_seqs = {v.max_num_seqs}: capping it was worse in every measured "
-            "cell (SPEC 4: 64 vs the default 256); leave it unset"
-        )
+    # The measured ones first (settings/measured_rules.py), then the rest below.
+    out = measured_rules.warnings_of("vllm", dict(d.vllm))
     if d.stack.provisioning_model in ("spot", "ondemand") and d.stack.max_run_hours == 0:
         monthly = d.usd_per_hour * HOURS_PER_MONTH
         out.append(
@@ -94,11 +59,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
             f"unknown there (known good: {good}); a create that is refused fails at deploy "
             "(SPEC 2: quota in a zone says nothing about whether flex-start is accepted)"
         )
-    if d.tpu.accelerator_type != "v5litepod-1":
-        out.append(
-            f"tpu.accelerator_type = {d.tpu.accelerator_type!r}: every figure in SPEC was "
-            "measured on v5litepod-1"
-        )
+    out += measured_rules.warnings_of("tpu", dict(d.tpu))
     return out + fleet_warnings(d)
 
 
