@@ -1,6 +1,6 @@
 """The fleet stack: N replicas of the one-chip server on GKE, behind a regional load balancer.
 
-Before anything: `data.external.fleet_preflight` (tpuserve.gcp.fleet_check) proves at plan
+Before anything: `data.external.fleet_preflight` (`python -m tpuserve.fleet_check`) proves at plan
 time the Compute regional TPU quota the pools draw on, that the zone's release channel offers
 the control-plane floor (MIN_MASTER_VERSION), and that the APIs below are enabled.
 
@@ -39,14 +39,14 @@ one at 128 KiB): its size is checked at synth.
 
 from __future__ import annotations
 
-from tpuserve.gcp.fleet_check import MIN_MASTER_VERSION
-from tpuserve.gcp.kubectl import (
-    ENV_BUNDLE_GZ,
-    ENV_CLUSTER,
-    ENV_IMAGE,
-    ENV_LOCATION,
-    ENV_PROJECT,
-)
+from tpuserve import contracts
+from tpuserve.contracts import FLEET_MACHINE_TYPE as TPU_MACHINE_TYPE
+from tpuserve.contracts import HEALTH_CHECK_RANGES, MIN_MASTER_VERSION
+from tpuserve.contracts import K8S_BUNDLE_GZ_ENV as ENV_BUNDLE_GZ
+from tpuserve.contracts import K8S_CLUSTER_ENV as ENV_CLUSTER
+from tpuserve.contracts import K8S_IMAGE_ENV as ENV_IMAGE
+from tpuserve.contracts import K8S_LOCATION_ENV as ENV_LOCATION
+from tpuserve.contracts import K8S_PROJECT_ENV as ENV_PROJECT
 from tpuserve.render import fleet_bundle
 from tpuserve.settings import Deployment
 
@@ -101,22 +101,17 @@ from .local_exec import base64gzip_chars, python_module, repo_root
 from .preflight import external_program, fleet_preflight
 from .serving import ServingStack
 
-CLIENT = python_module("tpuserve.kubectl")
-# The single-chip v5e machine: one replica per node (SPEC 1, 4).
-TPU_MACHINE_TYPE = "ct5lp-hightpu-1t"
+CLIENT = python_module(contracts.KUBECTL)
 # Node label the bundle's ComputeClass and selectors read.
 PROVISIONING_LABEL = "tpuserve/provisioning"
 COMPUTE_CLASS_KEY = "cloud.google.com/compute-class"
 # The custom-metrics adapter the HPA reads vllm:num_requests_waiting through.
 ADAPTER_NAMESPACE = "custom-metrics"
 ADAPTER_KSA = "custom-metrics-stackdriver-adapter"
-# Google's health-check probers (the regional external Application Load Balancer's too).
-HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 # What GKE documents as the least a node's own account needs for its logs and metrics.
 NODE_ROLE = "roles/container.defaultNodeServiceAccount"
-# The bundle, gzipped and base64-encoded, is one environment string of the step: Linux caps
-# one at 128 KiB (MAX_ARG_STRLEN); this leaves room for Go's gzip coding it a little longer.
-MAX_BUNDLE_GZ_CHARS = 100_000
+# The bundle, gzipped and base64-encoded, is one environment string of the step.
+MAX_BUNDLE_GZ_CHARS = contracts.MAX_ENV_CHARS
 
 
 # The APIs the stack's resources and the cluster's add-ons call, each for what needs it.
@@ -138,11 +133,6 @@ def fleet_apis(d: Deployment) -> list[str]:
 def pool_name(model: str) -> str:
     """The TPU pool of one provisioning model: the bundle's ComputeClass names the same."""
     return fleet_bundle.NODE_POOLS[model]
-
-
-def bundle_gz_chars(bundle: str) -> int:
-    """About what Terraform's base64gzip makes of the bundle."""
-    return base64gzip_chars(bundle)
 
 
 class FleetStack(ServingStack):
@@ -314,7 +304,7 @@ class FleetStack(ServingStack):
         """The endpoint picker, the metrics adapter and kube-system run here."""
         pool = GoogleContainerNodePool(
             self, "system_pool",
-            name="system", cluster=self.cluster.name, location=d.gcp.zone,
+            name=contracts.SYSTEM_POOL_NAME, cluster=self.cluster.name, location=d.gcp.zone,
             initial_node_count=1,
             autoscaling=GoogleContainerNodePoolAutoscaling(
                 total_min_node_count=1, total_max_node_count=3, location_policy="BALANCED"),
@@ -439,7 +429,7 @@ class FleetStack(ServingStack):
                          {"image": d.vllm.image or "", "picker_image": d.fleet.picker_image,
                           "adapter_image": d.fleet.adapter_image})
         bundle = fleet_bundle.render_bundle(d)
-        size = bundle_gz_chars(bundle)
+        size = base64gzip_chars(bundle)
         if size > MAX_BUNDLE_GZ_CHARS:
             raise ValueError(
                 f"the fleet's Kubernetes bundle is {size:,} characters gzipped and base64-coded: "
@@ -474,7 +464,7 @@ class FleetStack(ServingStack):
         teardown.override_logical_id("k8s_teardown")
         # Any change of the bundle (or a new cluster) applies it again; nothing is deleted.
         applied = DataResource(
-            self, "k8s_bundle",
+            self, contracts.K8S_BUNDLE_ID,
             input={"bundle": bundle, "image": d.vllm.image, **target},
             triggers_replace={"bundle_sha256": fleet_bundle.bundle_sha256(bundle),
                               "cluster_id": self.cluster.id},
@@ -484,7 +474,7 @@ class FleetStack(ServingStack):
             )],
             depends_on=[teardown],
         )
-        applied.override_logical_id("k8s_bundle")
+        applied.override_logical_id(contracts.K8S_BUNDLE_ID)
 
     # ------------------------------------------------------------------ outputs
     def _outputs(self, d: Deployment) -> None:

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tpuserve.ops import fleet_status, kube, recovery
+from tpuserve.gcp import kube
+from tpuserve.ops import fleet_status, recovery
 from tpuserve.ops.fleet_status import FleetStatus
 from tpuserve.ops.server import http_client
 from tpuserve.ops.stack_status import (

@@ -28,11 +28,12 @@ from typing import Any
 
 import httpx
 
+from tpuserve.gcp import kube
 from tpuserve.render.dashboard import dashboard_url
 from tpuserve.render.fleet_bundle import APP_LABEL, DEPLOYMENT, EPP, GATEWAY, HPA, NAMESPACE
 from tpuserve.settings import Deployment
 
-from . import kube, server
+from . import server
 from .bounded_http import within
 from .errors import EXIT_TIMEOUT, EXIT_USAGE, OpsError, one_line
 from .server import ServerTarget

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tpuserve.bounded_call import within
-from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE as NAMESPACE
+from tpuserve.contracts import GUEST_ATTRIBUTE_NAMESPACE as NAMESPACE
 
 from .boot_phases import parse_time
 from .errors import EXIT_USAGE, OpsError, one_line

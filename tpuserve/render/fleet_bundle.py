@@ -22,6 +22,8 @@ import posixpath
 import re
 from typing import TYPE_CHECKING, Any
 
+from tpuserve.contracts import FLEET_MACHINE_TYPE as MACHINE_TYPE
+from tpuserve.contracts import HEALTH_CHECK_RANGES
 from tpuserve.facts import COLD_START_S
 from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render.boot_script import (
@@ -60,7 +62,6 @@ WEIGHTS_JOB = "stage-weights"
 # More shared names (the stack's node pools and IAM bindings use them).
 COMPUTE_CLASS = "tpuserve-v5e"
 NODE_POOLS = {"flex": "tpu-flex", "spot": "tpu-spot", "ondemand": "tpu-ondemand"}
-MACHINE_TYPE = "ct5lp-hightpu-1t"          # one v5e chip (1x1)
 TPU_ACCELERATOR = "tpu-v5-lite-podslice"
 TPU_TOPOLOGY = "1x1"
 SECRET_CLASSES = {"hf": "hf-token", "key": "api-key"}  # SecretProviderClass names
@@ -82,8 +83,6 @@ UPSTREAM_FLAGS = TEMPLATE_DIR / "fleet" / "vendor" / "upstream_flags.json"
 METRIC_QUEUE = "prometheus.googleapis.com|vllm:num_requests_waiting|gauge"
 GATEWAY_CLASS = "gke-l7-regional-external-managed"
 BACKENDS = ("inferencepool", "service")
-# Google's health-check prober ranges (the load balancer's checks of /health on PROXY_PORT).
-HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 # Kubernetes' own bounds on HPA behavior fields.
 HPA_MAX_PERIOD_S = 1800
 HPA_MAX_WINDOW_S = 3600

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
+from tpuserve.contracts import QUEUED_RESOURCE
 from tpuserve.gcp.api import GoogleApi, UnprovenAnswer, json_kind
 from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
@@ -46,6 +47,8 @@ from tpuserve.render.queued_resource_body import (
     check_body,
     spec_differences,
 )
+
+QR_PROG = QUEUED_RESOURCE.prog  # the provisioners' command, as a hint names it
 
 DEFAULT_POLL_S = 5.0
 ACCEPT_TIMEOUT_S = 600.0
@@ -279,7 +282,7 @@ class TpuClient(NodeCalls, GoogleApi):
                     exc.add_note(
                         f"the queued resource {ref.name} was left in place (it keeps its place "
                         "in the queue): deploy again (cdktf deploy flex) to adopt it, or delete "
-                        f"it with `python -m tpuserve.queued_resource delete --name {ref.name}`"
+                        f"it with `{QR_PROG} delete --name {ref.name}`"
                     )
                 raise
         return CreateResult(qr, adopted=existing is not None)
@@ -296,7 +299,7 @@ class TpuClient(NodeCalls, GoogleApi):
         except (ApiError, QueuedResourceError) as cleanup:
             exc.add_note(
                 f"removing the queued resource this create made failed too ({cleanup}): delete "
-                f"it with `python -m tpuserve.queued_resource delete --name {ref.name}`"
+                f"it with `{QR_PROG} delete --name {ref.name}`"
             )
 
     def delete_queued_resource(
@@ -424,7 +427,7 @@ class TpuClient(NodeCalls, GoogleApi):
         def timed_out(state: str, elapsed: float) -> Exception:
             return WaitTimeout(
                 f"queued resource {ref.name} is {state} after {elapsed:.0f} s, not {wanted} "
-                "-> wait longer, or check it with `python -m tpuserve.queued_resource describe`"
+                f"-> wait longer, or check it with `{QR_PROG} describe`"
             )
 
         return self._poll_until(ref, settled, timeout=timeout,
@@ -447,8 +450,8 @@ class TpuClient(NodeCalls, GoogleApi):
         def timed_out(state: str, elapsed: float) -> Exception:
             return WaitTimeout(
                 f"queued resource {ref.name} is {state} after {elapsed:.0f} s, not "
-                "ACCEPTED yet -> check it with `python -m tpuserve.queued_resource "
-                "describe`, then deploy again (create is idempotent)"
+                f"ACCEPTED yet -> check it with `{QR_PROG} describe`, then deploy again "
+                "(create is idempotent)"
             )
 
         qr = self._poll_until(ref, settled, timeout=timeout, progress=progress, operation=op,
