@@ -10,9 +10,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tpuserve.contracts import FLEET_MACHINE_TYPE, MIN_MASTER_VERSION
+
 # GKE machine type -> (the TPU accelerator GKE labels its nodes with, chips per node).
 MACHINES: dict[str, tuple[str, int]] = {
-    "ct5lp-hightpu-1t": ("tpu-v5-lite-podslice", 1),
+    FLEET_MACHINE_TYPE: ("tpu-v5-lite-podslice", 1),  # the fleet's
     "ct5lp-hightpu-4t": ("tpu-v5-lite-podslice", 4),
     "ct5lp-hightpu-8t": ("tpu-v5-lite-podslice", 8),
 }
@@ -114,7 +116,7 @@ def parse_query(text: str) -> Query:
                          f"{', '.join(CHANNELS)}")
     if gke_version(q["min_master_version"]) is None:
         raise UsageError(f"preflight: query min_master_version = {q['min_master_version']!r}: "
-                         "a full GKE version like 1.34.0-gke.1626000")
+                         f"a full GKE version like {MIN_MASTER_VERSION}")
     if q["machine_type"] not in MACHINES:
         raise UsageError(f"preflight: query machine_type = {q['machine_type']!r}: known TPU "
                          f"machine types are {', '.join(MACHINES)}")
