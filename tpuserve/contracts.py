@@ -76,6 +76,9 @@ QR_POLL_ENV = "TPUSERVE_QR_POLL_SECONDS"
 PYTHON_ENV = "TPUSERVE_PYTHON"
 # Tests: multiplies every retry pause of the Google edge (as in the boot script).
 TIME_SCALE_ENV = "TPUSERVE_TIME_SCALE"
+# Synthesis: `full` imports the google-beta provider package the ordinary way (stacks/cdk.py);
+# the review passes it to the synthesis it runs, bench/synth times both ways.
+CDK_IMPORT_ENV = "TPUSERVE_CDK_IMPORT"
 
 # Linux caps one environment string at 128 KiB (MAX_ARG_STRLEN): what a provisioner gets in one
 # variable (base64gzip of a body or bundle) stays under this, with room for the variable's name
@@ -132,10 +135,17 @@ GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
 # script's header. The renderer and its tests, and the CLI's reader (ops/boot_phases.py), take
 # them from here. `reconverge` is the watcher's (the script re-run in place when metadata
 # changes), not a boot's.
+# The keys the CLI reads apart from the boot's phases: each by its name.
+GA_BOOT = "boot"  # written first on every boot: an older key is an earlier boot's
+GA_STATE = "state"  # booting | waiting <why> | ready | failed <reason>
+GA_SECRET = "secret"  # the key's api_key_sha256= (`tpuserve rotate-key` waits for it)
+GA_TLS = "tls"  # the proxy's certificate
+GA_CONFIG = "config"  # the served configuration's sha256
+GA_RECONVERGE = "reconverge"  # the watcher's re-run in place
 GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
-    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "bypass_check",
-    "metrics", "memory", "kv_cache", "startup_complete", "health", "cache_publish",
-    "reconverge",
+    GA_BOOT, GA_STATE, GA_SECRET, GA_TLS, "image", "cache", "container", GA_CONFIG,
+    "bypass_check", "metrics", "memory", "kv_cache", "startup_complete", "health",
+    "cache_publish", GA_RECONVERGE,
 )
 
 # ----------------------------------------------------------------------------- the fleet
