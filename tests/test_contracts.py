@@ -200,3 +200,51 @@ def test_every_entry_module_is_there() -> None:
     """Deployed stacks and the workflow name these modules: each file exists by that name."""
     for entry in contracts.ENTRY_POINTS:
         assert (REPO_ROOT / Path(*entry.module.split("."))).with_suffix(".py").is_file()
+
+
+class _Bad(Exception):
+    pass
+
+
+class _Failed(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("raised", "code", "line"), [
+    (_Bad("no such flag"), 2, "tpuserve: no such flag\n"),
+    (_Failed("the API said 403"), 1, "tpuserve: arm: the API said 403; it was left in place\n"),
+    (KeyboardInterrupt(), 130, "tpuserve: interrupted\n"),
+    (RuntimeError("boom\n  at line 3"), 1,
+     "tpuserve: preflight: unexpected RuntimeError: boom at line 3\n"),
+])
+def test_the_entry_skeleton_maps_each_failure_to_one_line_and_its_exit_code(
+        raised: BaseException, code: int, line: str) -> None:
+    import io
+
+    from tpuserve import entry_point
+
+    if isinstance(raised, _Failed):
+        raised.add_note("it was left in place")
+
+    def body() -> int:
+        raise raised
+
+    err = io.StringIO()
+    assert entry_point.run(body, err, usage=(_Bad,), failed=(_Failed,), prefix="arm: ",
+                           unexpected="preflight") == code
+    assert err.getvalue() == line
+
+
+def test_the_entry_skeleton_lets_through_what_a_program_does_not_map() -> None:
+    import io
+
+    from tpuserve import entry_point
+
+    def body() -> int:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        entry_point.run(body, io.StringIO(), interrupt=False)
+    with pytest.raises(ZeroDivisionError):
+        entry_point.run(lambda: 1 // 0, io.StringIO())
+    assert entry_point.run(lambda: 0, io.StringIO()) == 0
