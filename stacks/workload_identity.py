@@ -5,6 +5,7 @@ reads Cloud Monitoring. Every base resource is found by name: no cross-stack ref
 
 from __future__ import annotations
 
+from tpuserve.contracts import ADAPTER_KSA, ADAPTER_NAMESPACE
 from tpuserve.render import fleet_bundle
 from tpuserve.settings import Deployment
 
@@ -16,10 +17,6 @@ from .cdk import (
     GoogleStorageBucketIamMember,
     TerraformResource,
 )
-
-# The custom-metrics adapter the HPA reads vllm:num_requests_waiting through.
-ADAPTER_NAMESPACE = "custom-metrics"
-ADAPTER_KSA = "custom-metrics-stackdriver-adapter"
 
 
 def workload_pool(d: Deployment) -> str:
@@ -44,6 +41,7 @@ def workload_identity(scope: Construct, d: Deployment, *, after: list[TerraformR
     ns = fleet_bundle.NAMESPACE
     vllm = principal(d, project.number, ns, fleet_bundle.KSA)
     stager = principal(d, project.number, ns, fleet_bundle.WEIGHTS_JOB)
+    # the custom-metrics adapter the HPA reads vllm:num_requests_waiting through
     adapter = principal(d, project.number, ADAPTER_NAMESPACE, ADAPTER_KSA)
     grants: list[TerraformResource] = []
 

@@ -91,6 +91,10 @@ def spelled() -> dict[str, re.Pattern[str]]:
     for value in (contracts.FLEET_MACHINE_TYPE, contracts.MIN_MASTER_VERSION,
                   *contracts.HEALTH_CHECK_RANGES):
         words[value] = re.compile(re.escape(value))
+    for name in (contracts.EPP_DEPLOYMENT, contracts.ADAPTER_NAMESPACE,
+                 contracts.ADAPTER_DEPLOYMENT,  # the bundle's names other programs read
+                 contracts.MANAGED_BY_LABEL):  # the label the base's destroy guard reads
+        words[name] = re.compile(rf"^{re.escape(name)}$")
     for logical_id in LOGICAL_IDS:  # an address in a string: terraform_data.k8s_bundle
         words[f"{contracts.DATA_RESOURCE}.{logical_id}"] = re.compile(
             rf"{contracts.DATA_RESOURCE}\.{logical_id}\b")

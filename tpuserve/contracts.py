@@ -148,6 +148,16 @@ GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
     "cache_publish", GA_RECONVERGE,
 )
 
+# ----------------------------------------------------------------------------- labels
+
+# Every resource the stacks create carries managed-by=tpuserve and its deployment's name; a
+# serving stack's carry the stack's name too. The base's destroy guard (`base_check teardown`)
+# finds what is still up by them.
+MANAGED_BY_LABEL = "managed-by"
+MANAGED_BY = "tpuserve"
+DEPLOYMENT_LABEL = "deployment"
+STACK_LABEL = "stack"
+
 # ----------------------------------------------------------------------------- the fleet
 
 # The single-chip v5e machine: one replica per node (SPEC 1, 4). The stack's pools, the plan-time
@@ -158,6 +168,15 @@ FLEET_MACHINE_TYPE = "ct5lp-hightpu-1t"
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 # The fleet's system node pool (the summary tells it from the TPU pools by this name).
 SYSTEM_POOL_NAME = "system"
+# The bundle's Kubernetes objects other programs name: the vLLM Deployment (the review reads
+# its changes), the endpoint picker and the custom-metrics adapter (the apply step waits for
+# them; the stack grants the adapter's service account, by Workload Identity principal).
+FLEET_NAMESPACE = "tpuserve"
+VLLM_DEPLOYMENT = "vllm"
+EPP_DEPLOYMENT = "vllm-epp"
+ADAPTER_NAMESPACE = "custom-metrics"
+ADAPTER_DEPLOYMENT = "custom-metrics-stackdriver-adapter"
+ADAPTER_KSA = ADAPTER_DEPLOYMENT  # the vendored manifest names its service account alike
 # The fleet cluster's control-plane floor (the stack sets it as min_master_version, the plan-time
 # check proves the channel offers it): GKE installs the InferencePool CRD
 # (inference.networking.k8s.io/v1) from 1.34.0-gke.1626000 (GKE Inference Gateway docs); TPU

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
 from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
 from tpuserve.gcp.endpoints import IAM_API, SECRETMANAGER_API, STORAGE_JSON_API, TPU_API
 from tpuserve.gcp.errors import ApiError
@@ -62,10 +63,6 @@ from tpuserve.gcp.tpu.listing import (
 REQUIRED_KEYS = ("project", "deployment", "region", "base_command")
 LIST_KEYS = ("secrets", "buckets", "service_accounts")
 
-# The labels every serving stack's TPU resources carry (Deployment.labels).
-MANAGED_BY = ("managed-by", "tpuserve")
-DEPLOYMENT_LABEL = "deployment"
-STACK_LABEL = "stack"
 
 # Project ids (also domain-scoped: example.com:proj), regions, deployment names: nothing that
 # could change the URL a name is put into.
@@ -274,7 +271,7 @@ def _state(raw: Mapping[str, Any]) -> str:
 
 
 def _ours(labels: Mapping[str, str], deployment: str) -> bool:
-    return labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(DEPLOYMENT_LABEL) == deployment
+    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(DEPLOYMENT_LABEL) == deployment
 
 
 def tpu_survivors(api: GoogleApi, project: str, region: str, deployment: str,

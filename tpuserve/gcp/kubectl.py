@@ -18,7 +18,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuserve.contracts import K8S_CLUSTER_ENV, K8S_LOCATION_ENV, K8S_PROJECT_ENV
+from tpuserve.contracts import (
+    ADAPTER_DEPLOYMENT,
+    ADAPTER_NAMESPACE,
+    EPP_DEPLOYMENT,
+    FLEET_NAMESPACE,
+    K8S_CLUSTER_ENV,
+    K8S_LOCATION_ENV,
+    K8S_PROJECT_ENV,
+)
 from tpuserve.gcp.kube_bundle import (
     BUILTIN_GROUPS,
     KubectlError,
@@ -42,8 +50,8 @@ APPLY_BOUND_S = 15 * 60
 POLL_S = 10.0
 # The Deployments the Gateway cannot serve without (the endpoint picker, with failureMode
 # FailClose; the adapter the HPA reads): the apply waits for them to be available.
-WAIT_DEPLOYMENTS = frozenset({("tpuserve", "vllm-epp"),
-                              ("custom-metrics", "custom-metrics-stackdriver-adapter")})
+WAIT_DEPLOYMENTS = frozenset({(FLEET_NAMESPACE, EPP_DEPLOYMENT),
+                              (ADAPTER_NAMESPACE, ADAPTER_DEPLOYMENT)})
 INSTALL_HINT = {
     "gcloud": "install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)",
     "kubectl": "install it with `gcloud components install kubectl` (and "

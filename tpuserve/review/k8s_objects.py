@@ -32,10 +32,10 @@ from .model import Action, Compile, ObjectChange, ServerEffect
 
 BUNDLE_RESOURCE = contracts.data_address(contracts.K8S_BUNDLE_ID)
 CACHE_KEY_ANNOTATION = "tpuserve/cache-object"
-# The vLLM Deployment (tpuserve.render.fleet_bundle.NAMESPACE / DEPLOYMENT; not imported: the
-# renderer pulls the settings in).
-VLLM_NAMESPACE = "tpuserve"
-VLLM_DEPLOYMENT = "vllm"
+# The vLLM Deployment (the renderer's names, from the contracts: the renderer itself pulls the
+# settings in).
+VLLM_NAMESPACE = contracts.FLEET_NAMESPACE
+VLLM_DEPLOYMENT = contracts.VLLM_DEPLOYMENT
 MAX_BUNDLE_BYTES = 2 << 20  # the rendered bundle is tens of KB
 MAX_NODES = 200_000  # values walked per revision: an alias bomb stops here
 MAX_PATHS = 40  # changed paths listed per object
