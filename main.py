@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from tpuserve.contracts import TEARDOWN_ENV
 from tpuserve.settings import ConfigError, Deployment, load
 from tpuserve.settings.base_stack import Base
 
@@ -48,10 +49,6 @@ def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None, 
         else:
             TpuVmStack(app, d)
     return app
-
-
-# stacks/base.py's TEARDOWN_ENV, restated so a config error needs no cdktf import.
-TEARDOWN_ENV = "TPUSERVE_TEARDOWN"
 
 
 def main() -> int:

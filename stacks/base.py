@@ -21,6 +21,7 @@ Tearing it down is on purpose only:
 
 from __future__ import annotations
 
+from tpuserve import contracts
 from tpuserve.planner.base_cost import dormant_base
 from tpuserve.settings import Deployment
 from tpuserve.settings.base_stack import BASE_STACK, Base
@@ -34,10 +35,7 @@ from .monitoring import Monitoring
 from .network import Network
 from .stack import TpuserveStack
 
-BASE_CHECK = python_module("tpuserve.base_check")
-# The environment variable that lifts prevent_destroy, set to the deployment's name (a stale
-# value left in a shell cannot unprotect another deployment).
-TEARDOWN_ENV = "TPUSERVE_TEARDOWN"
+BASE_CHECK = python_module(contracts.BASE_CHECK)
 
 
 class BaseStack(TpuserveStack):
@@ -52,23 +50,23 @@ class BaseStack(TpuserveStack):
             self, "monitoring", base=b,
             node_member=f"serviceAccount:{self.foundation.service_account.email}")
         guard = DataResource(
-            self, "teardown_guard",
+            self, contracts.TEARDOWN_GUARD_ID,
             # The destroy provisioner may read only `self`.
             input={"project": b.project, "deployment": b.deployment, "region": b.region},
             provisioners=[LocalExecProvisioner(
                 type="local-exec", when="destroy", command=f"{BASE_CHECK} teardown",
                 working_dir=repo_root(),
                 environment={
-                    "TPUSERVE_BASE_PROJECT": tf_ref("self.input.project"),
-                    "TPUSERVE_BASE_DEPLOYMENT": tf_ref("self.input.deployment"),
-                    "TPUSERVE_BASE_REGION": tf_ref("self.input.region"),
+                    contracts.BASE_PROJECT_ENV: tf_ref("self.input.project"),
+                    contracts.BASE_DEPLOYMENT_ENV: tf_ref("self.input.deployment"),
+                    contracts.BASE_REGION_ENV: tf_ref("self.input.region"),
                 },
             )],
             # Destroyed first (it depends on everything): a refusal stops the whole teardown.
             depends_on=[*self.network.resources, *self.foundation.resources,
                         *self.guard.resources, *self.monitoring.resources],
         )
-        guard.override_logical_id("teardown_guard")
+        guard.override_logical_id(contracts.TEARDOWN_GUARD_ID)
         self.teardown_guard = guard
         self._outputs(b)
 

@@ -21,6 +21,8 @@ import sys
 import types
 from pathlib import Path
 
+from tpuserve.contracts import CDK_IMPORT_ENV
+
 # The provider version that the prebuilt package pins (cdktf-cdktf-provider-google-beta 16.12.1).
 GOOGLE_BETA_PROVIDER_VERSION = "6.50.0"
 _PKG = "cdktf_cdktf_provider_google_beta"
@@ -43,7 +45,7 @@ def _register_lean_package() -> str:
 
 
 def _import_mode() -> str:
-    if os.environ.get("TPUSERVE_CDK_IMPORT") == "full":
+    if os.environ.get(CDK_IMPORT_ENV) == "full":
         importlib.import_module(_PKG)
         return "full"
     _lazy_node_provider()

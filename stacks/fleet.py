@@ -1,6 +1,6 @@
 """The fleet stack: N replicas of the one-chip server on GKE, behind a regional load balancer.
 
-Before anything: `data.external.fleet_preflight` (tpuserve.gcp.fleet_check) proves at plan
+Before anything: `data.external.fleet_preflight` (`python -m tpuserve.fleet_check`) proves at plan
 time the Compute regional TPU quota the pools draw on, that the zone's release channel offers
 the control-plane floor (MIN_MASTER_VERSION), and that the APIs below are enabled.
 
@@ -39,20 +39,19 @@ one at 128 KiB): its size is checked at synth.
 
 from __future__ import annotations
 
-from tpuserve.gcp.fleet_check import MIN_MASTER_VERSION
-from tpuserve.gcp.kubectl import (
-    ENV_BUNDLE_GZ,
-    ENV_CLUSTER,
-    ENV_IMAGE,
-    ENV_LOCATION,
-    ENV_PROJECT,
-)
+from tpuserve import contracts
+from tpuserve.contracts import FLEET_MACHINE_TYPE as TPU_MACHINE_TYPE
+from tpuserve.contracts import HEALTH_CHECK_RANGES, MIN_MASTER_VERSION
+from tpuserve.contracts import K8S_BUNDLE_GZ_ENV as ENV_BUNDLE_GZ
+from tpuserve.contracts import K8S_CLUSTER_ENV as ENV_CLUSTER
+from tpuserve.contracts import K8S_IMAGE_ENV as ENV_IMAGE
+from tpuserve.contracts import K8S_LOCATION_ENV as ENV_LOCATION
+from tpuserve.contracts import K8S_PROJECT_ENV as ENV_PROJECT
 from tpuserve.render import fleet_bundle
 from tpuserve.settings import Deployment
 
 from .cdk import (
     Construct,
-    DataGoogleProject,
     DataResource,
     GoogleCertificateManagerCertificate,
     GoogleCertificateManagerCertificateManaged,
@@ -61,25 +60,6 @@ from .cdk import (
     GoogleComputeFirewall,
     GoogleComputeFirewallAllow,
     GoogleComputeSubnetwork,
-    GoogleContainerCluster,
-    GoogleContainerClusterAddonsConfig,
-    GoogleContainerClusterAddonsConfigGcsFuseCsiDriverConfig,
-    GoogleContainerClusterAddonsConfigHorizontalPodAutoscaling,
-    GoogleContainerClusterAddonsConfigHttpLoadBalancing,
-    GoogleContainerClusterGatewayApiConfig,
-    GoogleContainerClusterIpAllocationPolicy,
-    GoogleContainerClusterLoggingConfig,
-    GoogleContainerClusterMasterAuth,
-    GoogleContainerClusterMasterAuthClientCertificateConfig,
-    GoogleContainerClusterMonitoringConfig,
-    GoogleContainerClusterMonitoringConfigManagedPrometheus,
-    GoogleContainerClusterNodeConfig,
-    GoogleContainerClusterNodeConfigShieldedInstanceConfig,
-    GoogleContainerClusterNodeConfigWorkloadMetadataConfig,
-    GoogleContainerClusterPodAutoscaling,
-    GoogleContainerClusterReleaseChannel,
-    GoogleContainerClusterSecretManagerConfig,
-    GoogleContainerClusterWorkloadIdentityConfig,
     GoogleContainerNodePool,
     GoogleContainerNodePoolAutoscaling,
     GoogleContainerNodePoolManagement,
@@ -89,34 +69,25 @@ from .cdk import (
     GoogleContainerNodePoolNodeConfigTaint,
     GoogleContainerNodePoolNodeConfigWorkloadMetadataConfig,
     GoogleProjectIamMember,
-    GoogleSecretManagerSecretIamMember,
-    GoogleStorageBucketIamMember,
     LocalExecProvisioner,
     TerraformResource,
-    TerraformResourceLifecycle,
 )
 from .foundation import VM_SCOPES
+from .gke_cluster import gke_cluster
 from .literals import tf_ref
 from .local_exec import base64gzip_chars, python_module, repo_root
 from .preflight import external_program, fleet_preflight
 from .serving import ServingStack
+from .workload_identity import workload_identity
 
-CLIENT = python_module("tpuserve.kubectl")
-# The single-chip v5e machine: one replica per node (SPEC 1, 4).
-TPU_MACHINE_TYPE = "ct5lp-hightpu-1t"
+CLIENT = python_module(contracts.KUBECTL)
 # Node label the bundle's ComputeClass and selectors read.
 PROVISIONING_LABEL = "tpuserve/provisioning"
 COMPUTE_CLASS_KEY = "cloud.google.com/compute-class"
-# The custom-metrics adapter the HPA reads vllm:num_requests_waiting through.
-ADAPTER_NAMESPACE = "custom-metrics"
-ADAPTER_KSA = "custom-metrics-stackdriver-adapter"
-# Google's health-check probers (the regional external Application Load Balancer's too).
-HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 # What GKE documents as the least a node's own account needs for its logs and metrics.
 NODE_ROLE = "roles/container.defaultNodeServiceAccount"
-# The bundle, gzipped and base64-encoded, is one environment string of the step: Linux caps
-# one at 128 KiB (MAX_ARG_STRLEN); this leaves room for Go's gzip coding it a little longer.
-MAX_BUNDLE_GZ_CHARS = 100_000
+# The bundle, gzipped and base64-encoded, is one environment string of the step.
+MAX_BUNDLE_GZ_CHARS = contracts.MAX_ENV_CHARS
 
 
 # The APIs the stack's resources and the cluster's add-ons call, each for what needs it.
@@ -138,11 +109,6 @@ def fleet_apis(d: Deployment) -> list[str]:
 def pool_name(model: str) -> str:
     """The TPU pool of one provisioning model: the bundle's ComputeClass names the same."""
     return fleet_bundle.NODE_POOLS[model]
-
-
-def bundle_gz_chars(bundle: str) -> int:
-    """About what Terraform's base64gzip makes of the bundle."""
-    return base64gzip_chars(bundle)
 
 
 class FleetStack(ServingStack):
@@ -204,11 +170,12 @@ class FleetStack(ServingStack):
             member=f"serviceAccount:{d.service_account_email}", depends_on=pre,
         )
         node_role.override_logical_id("node_default_role")
-        self.cluster = self._cluster(d, depends_on=[*pre, node_role])
+        self.cluster = gke_cluster(self, d, name=self.cluster_name,
+                                   depends_on=[*pre, node_role])
         self.pools = [self._system_pool(d)]
         for i, model in enumerate(f.provisioning):
             self.pools.append(self._tpu_pool(d, model, first=i == 0))
-        grants = self._workload_identity(d)
+        grants = workload_identity(self, d, after=[*self.preflights, self.cluster])
         self.address = GoogleComputeAddress(
             self, "fleet_ip", name=f"{d.node_name}-ip", region=d.gcp.region,
             address_type="EXTERNAL", description="The fleet Gateway's address",
@@ -220,83 +187,7 @@ class FleetStack(ServingStack):
                                     *self.pools, *grants, self.address, *certs])
         self._outputs(d)
 
-    # ------------------------------------------------------------------ cluster and pools
-    def _cluster(self, d: Deployment, depends_on: list[TerraformResource]
-                 ) -> GoogleContainerCluster:
-        f = d.fleet
-        cluster = GoogleContainerCluster(
-            self, "cluster",
-            name=self.cluster_name,
-            location=d.gcp.zone,  # zonal: the measured-good zone; one control plane, free tier
-            network=d.network_name,
-            subnetwork=d.subnet_name,
-            # The default pool goes at once; the pools below are declared, each on its own.
-            remove_default_node_pool=True,
-            initial_node_count=1,
-            # The default pool lives minutes, but as the base's node account with the GKE
-            # metadata server, like every pool, not as the project's default compute account.
-            node_config=GoogleContainerClusterNodeConfig(
-                service_account=d.service_account_email,
-                oauth_scopes=list(VM_SCOPES),
-                workload_metadata_config=(
-                    GoogleContainerClusterNodeConfigWorkloadMetadataConfig(mode="GKE_METADATA")),
-                shielded_instance_config=GoogleContainerClusterNodeConfigShieldedInstanceConfig(
-                    enable_secure_boot=True, enable_integrity_monitoring=True),
-            ),
-            # IAM (gcloud credentials) is the only way in: no client certificate is issued.
-            master_auth=GoogleContainerClusterMasterAuth(
-                client_certificate_config=GoogleContainerClusterMasterAuthClientCertificateConfig(
-                    issue_client_certificate=False)),
-            # Pod-to-pod traffic on a node shows in the subnet's (sampled) flow logs too.
-            enable_intranode_visibility=True,
-            # A disposable serving stack: `cdktf destroy fleet` must work (the long-lived
-            # state is the base's).
-            deletion_protection=False,
-            release_channel=GoogleContainerClusterReleaseChannel(channel=f.release_channel),
-            # Read at create only (provider 6.50.0 never reads it back: no drift); the channel
-            # upgrades from there.
-            min_master_version=MIN_MASTER_VERSION,
-            networking_mode="VPC_NATIVE",
-            ip_allocation_policy=GoogleContainerClusterIpAllocationPolicy(
-                cluster_ipv4_cidr_block=f.pods_cidr,
-                services_ipv4_cidr_block=f.services_cidr,
-            ),
-            datapath_provider="ADVANCED_DATAPATH",  # Dataplane V2: NetworkPolicy enforced
-            enable_shielded_nodes=True,
-            gateway_api_config=GoogleContainerClusterGatewayApiConfig(
-                channel="CHANNEL_STANDARD"),
-            addons_config=GoogleContainerClusterAddonsConfig(
-                http_load_balancing=GoogleContainerClusterAddonsConfigHttpLoadBalancing(
-                    disabled=False),
-                horizontal_pod_autoscaling=(
-                    GoogleContainerClusterAddonsConfigHorizontalPodAutoscaling(disabled=False)),
-                gcs_fuse_csi_driver_config=(
-                    GoogleContainerClusterAddonsConfigGcsFuseCsiDriverConfig(enabled=True)),
-            ),
-            workload_identity_config=GoogleContainerClusterWorkloadIdentityConfig(
-                workload_pool=self.workload_pool),
-            monitoring_config=GoogleContainerClusterMonitoringConfig(
-                enable_components=["SYSTEM_COMPONENTS", "HPA", "POD", "DEPLOYMENT"],
-                managed_prometheus=GoogleContainerClusterMonitoringConfigManagedPrometheus(
-                    enabled=True),
-            ),
-            logging_config=GoogleContainerClusterLoggingConfig(
-                enable_components=["SYSTEM_COMPONENTS", "WORKLOADS"]),
-            secret_manager_config=GoogleContainerClusterSecretManagerConfig(enabled=True),
-            pod_autoscaling=GoogleContainerClusterPodAutoscaling(hpa_profile="PERFORMANCE"),
-            resource_labels=d.labels,
-            # GKE reports the FIRST node pool's config as the cluster's nodeConfig once the
-            # default pool is gone, and provider 6.50.0 reads it into this block (Read:
-            # flattenNodeConfig(cluster.NodeConfig), resource_container_cluster.go:3359), which
-            # is ForceNew (node_config.go:141): a second plan would diff tags, taints and the
-            # ForceNew spot/flex_start/max_run_duration of whichever pool GKE lists first, and
-            # replace the cluster. The block only shapes the transient default pool at create.
-            lifecycle=TerraformResourceLifecycle(ignore_changes=["node_config"]),
-            depends_on=depends_on,
-        )
-        cluster.override_logical_id("cluster")
-        return cluster
-
+    # ------------------------------------------------------------------ pools
     def _node_config(self, d: Deployment, **extra: object) -> GoogleContainerNodePoolNodeConfig:
         return GoogleContainerNodePoolNodeConfig(
             service_account=d.service_account_email,  # the base's node account, by email
@@ -314,7 +205,7 @@ class FleetStack(ServingStack):
         """The endpoint picker, the metrics adapter and kube-system run here."""
         pool = GoogleContainerNodePool(
             self, "system_pool",
-            name="system", cluster=self.cluster.name, location=d.gcp.zone,
+            name=contracts.SYSTEM_POOL_NAME, cluster=self.cluster.name, location=d.gcp.zone,
             initial_node_count=1,
             autoscaling=GoogleContainerNodePoolAutoscaling(
                 total_min_node_count=1, total_max_node_count=3, location_policy="BALANCED"),
@@ -361,57 +252,6 @@ class FleetStack(ServingStack):
         pool.override_logical_id(f"tpu_pool_{model}")
         return pool
 
-    # ------------------------------------------------------------------ identities
-    @property
-    def workload_pool(self) -> str:
-        return f"{self.deployment.gcp.project}.svc.id.goog"
-
-    def _principal(self, number: str, namespace: str, ksa: str) -> str:
-        return (f"principal://iam.googleapis.com/projects/{number}/locations/global/"
-                f"workloadIdentityPools/{self.workload_pool}/subject/ns/{namespace}/sa/{ksa}")
-
-    def _workload_identity(self, d: Deployment) -> list[TerraformResource]:
-        """Each pod's grants, to its Kubernetes service account's principal: nothing else."""
-        project = DataGoogleProject(self, "project", project_id=d.gcp.project)
-        project.override_logical_id("project")
-        ns = fleet_bundle.NAMESPACE
-        vllm = self._principal(project.number, ns, fleet_bundle.KSA)
-        stager = self._principal(project.number, ns, fleet_bundle.WEIGHTS_JOB)
-        adapter = self._principal(project.number, ADAPTER_NAMESPACE, ADAPTER_KSA)
-        grants: list[TerraformResource] = []
-        # The pool <project>.svc.id.goog exists only once a Workload Identity cluster does:
-        # before it, IAM refuses a principal of it ("Identity Pool does not exist").
-        after: list[TerraformResource] = [*self.preflights, self.cluster]
-
-        def keep(res: TerraformResource, id_: str) -> None:
-            res.override_logical_id(id_)
-            grants.append(res)
-
-        for id_, secret, member in (
-            ("vllm_hf_token_accessor", d.hf_token_secret_id, vllm),
-            ("vllm_api_key_accessor", d.api_key_secret_id, vllm),
-            # The staging Job reads the HF token to download the model, nothing else.
-            ("stager_hf_token_accessor", d.hf_token_secret_id, stager),
-        ):
-            keep(GoogleSecretManagerSecretIamMember(
-                self, id_, project=d.gcp.project, secret_id=secret,
-                role="roles/secretmanager.secretAccessor", member=member,
-                depends_on=after), id_)
-        for id_, bucket, role, member in (
-            ("vllm_cache_object_user", d.cache_bucket, "roles/storage.objectUser", vllm),
-            ("vllm_weights_object_viewer", d.base.weights_bucket,
-             "roles/storage.objectViewer", vllm),
-            ("stager_weights_object_user", d.base.weights_bucket,
-             "roles/storage.objectUser", stager),
-        ):
-            keep(GoogleStorageBucketIamMember(self, id_, bucket=bucket, role=role,
-                                              member=member, depends_on=after), id_)
-        keep(GoogleProjectIamMember(self, "adapter_monitoring_viewer", project=d.gcp.project,
-                                    role="roles/monitoring.viewer", member=adapter,
-                                    depends_on=after),
-             "adapter_monitoring_viewer")
-        return grants
-
     # ------------------------------------------------------------------ certificate
     def _certificate(self, d: Deployment) -> list[TerraformResource]:
         """A Google-managed regional certificate: a regional one is DNS-authorized (the user
@@ -439,7 +279,7 @@ class FleetStack(ServingStack):
                          {"image": d.vllm.image or "", "picker_image": d.fleet.picker_image,
                           "adapter_image": d.fleet.adapter_image})
         bundle = fleet_bundle.render_bundle(d)
-        size = bundle_gz_chars(bundle)
+        size = base64gzip_chars(bundle)
         if size > MAX_BUNDLE_GZ_CHARS:
             raise ValueError(
                 f"the fleet's Kubernetes bundle is {size:,} characters gzipped and base64-coded: "
@@ -474,7 +314,7 @@ class FleetStack(ServingStack):
         teardown.override_logical_id("k8s_teardown")
         # Any change of the bundle (or a new cluster) applies it again; nothing is deleted.
         applied = DataResource(
-            self, "k8s_bundle",
+            self, contracts.K8S_BUNDLE_ID,
             input={"bundle": bundle, "image": d.vllm.image, **target},
             triggers_replace={"bundle_sha256": fleet_bundle.bundle_sha256(bundle),
                               "cluster_id": self.cluster.id},
@@ -484,7 +324,7 @@ class FleetStack(ServingStack):
             )],
             depends_on=[teardown],
         )
-        applied.override_logical_id("k8s_bundle")
+        applied.override_logical_id(contracts.K8S_BUNDLE_ID)
 
     # ------------------------------------------------------------------ outputs
     def _outputs(self, d: Deployment) -> None:

@@ -29,7 +29,11 @@ import hashlib
 import json
 from typing import Any
 
-from tpuserve.gcp.provisioner import ENV_BODY_GZ, ENV_GENERATION, ENV_NAME
+from tpuserve import contracts
+from tpuserve.contracts import MAX_ENV_CHARS
+from tpuserve.contracts import QR_BODY_GZ_ENV as ENV_BODY_GZ
+from tpuserve.contracts import QR_GENERATION_ENV as ENV_GENERATION
+from tpuserve.contracts import QR_NAME_ENV as ENV_NAME
 from tpuserve.render.queued_resource_body import (
     body_metadata,
     body_without_metadata,
@@ -39,11 +43,11 @@ from tpuserve.settings import Deployment
 
 from .cdk import Construct, DataResource, LocalExecProvisioner
 from .literals import tf_ref
-from .local_exec import MAX_ENV_CHARS, base64gzip_chars, python_module, repo_root
+from .local_exec import base64gzip_chars, python_module, repo_root
 from .preflight import external_program
 from .serving import ServingStack
 
-CLIENT = python_module("tpuserve.queued_resource")
+CLIENT = python_module(contracts.QUEUED_RESOURCE)
 # The body reaches the create and converge steps as one environment string, gzipped and
 # base64-coded (the boot script alone is over 100 KB of text; it compresses about 2.3x).
 MAX_BODY_GZ_CHARS = MAX_ENV_CHARS
@@ -81,7 +85,7 @@ class FlexStack(ServingStack):
                                  {"name": d.queued_resource_name})
         generation = tf_ref("data.external.qr_probe.result.generation")
         self.queued_resource = DataResource(
-            self, "queued_resource",
+            self, contracts.QUEUED_RESOURCE_ID,
             # Everything the destroy provisioner needs, since it may only read `self`. An
             # input change alone (new metadata) is an in-place update: no provisioner runs.
             input={"name": d.queued_resource_name, "body": body},
@@ -107,10 +111,10 @@ class FlexStack(ServingStack):
             # Read at plan time: a missing base stops the plan before anything is created.
             depends_on=[self.preflight, probe],
         )
-        self.queued_resource.override_logical_id("queued_resource")
+        self.queued_resource.override_logical_id(contracts.QUEUED_RESOURCE_ID)
 
         node_metadata = DataResource(
-            self, "node_metadata",
+            self, contracts.NODE_METADATA_ID,
             input={"name": d.queued_resource_name, "body": body, "generation": generation},
             # New metadata, or a new QR (whose node already boots with it: converge finds
             # nothing to do), re-runs the provisioner; nothing else does.
@@ -125,7 +129,7 @@ class FlexStack(ServingStack):
                 },
             )],
         )
-        node_metadata.override_logical_id("node_metadata")
+        node_metadata.override_logical_id(contracts.NODE_METADATA_ID)
 
         self.common_outputs(None)
         hours = d.stack.max_run_seconds / 3600

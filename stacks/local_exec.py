@@ -6,23 +6,22 @@ from __future__ import annotations
 import base64
 import gzip
 
+from tpuserve.contracts import PYTHON_ENV, EntryPoint
+
 from .literals import tf_ref
 
 # The project's Python: the venv `./dev setup` makes, relative to the repo root (every
 # provisioner's working_dir), so it works whatever is on PATH. TPUSERVE_PYTHON (a path, or
 # words such as `pipenv run python`) picks another interpreter. Plain shell text: the stack's
 # escape pass makes Terraform hand it to the shell as written.
-PYTHON = "${TPUSERVE_PYTHON:-.venv/bin/python}"
-# Linux caps one environment string at 128 KiB (MAX_ARG_STRLEN): what a provisioner gets in one
-# variable (base64gzip of a body or bundle) stays under this, with room for the variable's name.
-MAX_ENV_CHARS = 100_000
+PYTHON = f"${{{PYTHON_ENV}:-.venv/bin/python}}"
 # terraform runs in cdktf.out/stacks/<stack>: the repo root is three up.
 REPO_ROOT_FROM_MODULE = "/../../.."
 
 
-def python_module(module: str) -> str:
-    """The shell command that runs `python -m module` with the project's interpreter."""
-    return f"{PYTHON} -m {module}"
+def python_module(entry: EntryPoint) -> str:
+    """The shell command that runs `python -m MODULE` with the project's interpreter."""
+    return f"{PYTHON} -m {entry.module}"
 
 
 def repo_root() -> str:

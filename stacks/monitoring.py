@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import sys
 
+from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from tpuserve.facts import HOURS_PER_MONTH
 from tpuserve.render.alerts import AUTO_CLOSE_S, EVALUATION_INTERVAL_S, alerts
 from tpuserve.render.dashboard import StackPrice, dashboard_json, dashboard_url
@@ -117,7 +118,7 @@ class Monitoring(Construct):
         b = self.base
         self.settings = m
         created: list[object] = []
-        labels = {"deployment": b.deployment, "managed-by": "tpuserve"}
+        labels = {DEPLOYMENT_LABEL: b.deployment, MANAGED_BY_LABEL: MANAGED_BY}
         channels: list[str] = []
         channel = None
         if m.email is not None:

@@ -10,6 +10,7 @@ deploy a serving stack alone.)
 
 from __future__ import annotations
 
+from tpuserve import contracts
 from tpuserve.settings import Deployment
 
 from .cdk import Construct, TerraformDataSource, TerraformProvider, TerraformStack
@@ -18,8 +19,8 @@ from .local_exec import python_module, repo_root
 # The one provider besides google-beta: hashicorp/external runs our programs at plan time.
 EXTERNAL_PROVIDER_SOURCE = "hashicorp/external"
 EXTERNAL_PROVIDER_VERSION = "~> 2.3"
-BASE_CHECK = python_module("tpuserve.base_check")
-FLEET_CHECK = python_module("tpuserve.fleet_check")
+BASE_CHECK = python_module(contracts.BASE_CHECK)
+FLEET_CHECK = python_module(contracts.FLEET_CHECK)
 
 
 def external_provider(stack: TerraformStack) -> TerraformProvider:

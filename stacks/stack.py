@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpuserve.contracts import MANAGED_BY, MANAGED_BY_LABEL
 from tpuserve.settings.base_stack import Base
 
 from .cdk import Aspects, Construct, GcsBackend, GoogleBetaProvider, LocalBackend, TerraformStack
@@ -25,7 +26,7 @@ class TpuserveStack(TerraformStack):
             LocalBackend(self, path=f"../../../{base.local_state(name)}")
         provider = GoogleBetaProvider(
             self, "google_beta", project=base.project, region=base.region, zone=zone,
-            default_labels={"managed-by": "tpuserve"},
+            default_labels={MANAGED_BY_LABEL: MANAGED_BY},
         )
         Aspects.of(self).add(BindGoogleProvider(provider))
         self.provider = provider

@@ -12,14 +12,13 @@ capacity and its IP stay; vLLM restarts, warm when the compile-cache key is unch
 
 from __future__ import annotations
 
-from tpuserve.gcp.billing_guard import (
-    ENV_NODE,
-    ENV_QUEUE,
-    ENV_SECONDS,
-    ENV_SERVICE_ACCOUNT,
-    ENV_TPU_ENDPOINT,
-    guard_target,
-)
+from tpuserve import contracts
+from tpuserve.contracts import GUARD_NODE_ENV as ENV_NODE
+from tpuserve.contracts import GUARD_QUEUE_ENV as ENV_QUEUE
+from tpuserve.contracts import GUARD_SECONDS_ENV as ENV_SECONDS
+from tpuserve.contracts import GUARD_SERVICE_ACCOUNT_ENV as ENV_SERVICE_ACCOUNT
+from tpuserve.contracts import GUARD_TPU_ENDPOINT_ENV as ENV_TPU_ENDPOINT
+from tpuserve.render.guard_task import guard_target
 from tpuserve.render.node_metadata import node_metadata
 from tpuserve.settings import Deployment
 
@@ -38,7 +37,7 @@ from .literals import tf_ref
 from .local_exec import python_module, repo_root
 from .serving import ServingStack
 
-GUARD_CLIENT = python_module("tpuserve.billing_guard")
+GUARD_CLIENT = python_module(contracts.BILLING_GUARD)
 
 
 class TpuVmStack(ServingStack):
@@ -46,7 +45,7 @@ class TpuVmStack(ServingStack):
         super().__init__(scope, deployment)
         d = deployment
         self.tpu_node = GoogleTpuV2Vm(
-            self, "tpu_node",
+            self, contracts.TPU_NODE_ID,
             name=d.node_name,
             zone=d.gcp.zone,
             # Explicit: the provider silently defaults to v2-8.
@@ -69,7 +68,7 @@ class TpuVmStack(ServingStack):
             # Read at plan time: a missing base stops the plan before anything is created.
             depends_on=[self.preflight],
         )
-        self.tpu_node.override_logical_id("tpu_node")
+        self.tpu_node.override_logical_id(contracts.TPU_NODE_ID)
         self._billing_guard(d)
         ip = self.tpu_node.network_endpoints.get(0).access_config.get(0).external_ip
         self.common_outputs(ip)
@@ -91,7 +90,7 @@ class TpuVmStack(ServingStack):
         # input.tpu_endpoint for its destroy provisioner to read.
         arm_env = {**env, ENV_TPU_ENDPOINT: tf_ref("self.input.tpu_endpoint")}
         arming = DataResource(
-            self, "billing_guard",
+            self, contracts.BILLING_GUARD_ID,
             # Everything the destroy provisioner needs, since it may only read `self`.
             input=spec,
             # A new node (its id is unknown until it is created, so any create or replace of
@@ -107,4 +106,4 @@ class TpuVmStack(ServingStack):
             ],
             depends_on=[self.tpu_node],
         )
-        arming.override_logical_id("billing_guard")
+        arming.override_logical_id(contracts.BILLING_GUARD_ID)

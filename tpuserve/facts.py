@@ -65,10 +65,6 @@ PRICES_USD_PER_CHIP_HOUR: Mapping[str, float] = {
 # not scopes, limit what either may do.
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
-# Where the boot script records its phases in guest attributes; the CLI reads them back through
-# the TPU API (nodes.getGuestAttributes, queryPath "tpuserve/").
-GUEST_ATTRIBUTE_NAMESPACE = "tpuserve"
-
 # SPEC 4: one multimodal item needs 2496 tokens with --disable-chunked-mm-input and
 # {"image":4,"audio":1}; 2048 failed at boot with this exact error.
 MM_ITEM_TOKENS = 2496

@@ -16,7 +16,7 @@ import pytest
 from tests.cli_support import API_KEY, PROJECT, Env, assert_one_line_error, invoke, write_config
 from tests.fakes import kubernetes as fk
 from tests.fakes.hostile_server import HostileServer, finishes_within
-from tpuserve.ops import kube
+from tpuserve.gcp import kube
 from tpuserve.render.fleet_bundle import (
     APP_LABEL,
     DEPLOYMENT,

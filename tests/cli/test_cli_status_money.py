@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.test_cli_fleet import CAPACITY_EVENT, Fleet, _status, fleet  # noqa: F401
 from tests.cli_support import Env, invoke
-from tpuserve.ops import kube
+from tpuserve.gcp import kube
 
 # Today's keys, in today's order (tpuserve/ops/stack_status.py, fleet_status.py before issue 25).
 VM_KEYS = [

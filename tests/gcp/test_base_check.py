@@ -22,7 +22,7 @@ from tests.fakes.resourcemanager import FakeResourceManager
 from tests.fakes.secretmanager import FakeSecretManager
 from tests.fakes.storage import FakeStorage
 from tests.fakes.tpu_api import FakeTpuApi, flex_body
-from tpuserve.gcp import base_check
+from tpuserve import base_check
 from tpuserve.gcp.tpu import listing
 from tpuserve.paths import REPO_ROOT
 

@@ -15,13 +15,16 @@ import pytest
 
 from tests.fakes.cloud_tasks import FakeCloudTasks
 from tests.fakes.tpu_api import FakeTpuApi
-from tpuserve.gcp.api import GoogleApi
-from tpuserve.gcp.billing_guard import (
+from tpuserve.billing_guard import (
     ENV_NODE,
     ENV_QUEUE,
     ENV_SECONDS,
     ENV_SERVICE_ACCOUNT,
     ENV_TPU_ENDPOINT,
+    main,
+)
+from tpuserve.gcp.api import GoogleApi
+from tpuserve.gcp.billing_guard import (
     NAME_TRIES,
     CloudTasks,
     GuardError,
@@ -31,7 +34,6 @@ from tpuserve.gcp.billing_guard import (
     disarm,
     guard_seconds,
     guard_target,
-    main,
 )
 from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API
 from tpuserve.settings import Deployment
@@ -380,7 +382,7 @@ def test_a_run_ends_at_its_overall_deadline(apis: Apis, monkeypatch, command: st
     it, one line naming the bound (on the old code each call had 30 s a try, 120 s of
     retries, and a run as many calls as the task list has pages)."""
     from tests.fakes.hostile_server import HostileServer, finishes_within
-    from tpuserve.gcp import billing_guard
+    from tpuserve import billing_guard
 
     monkeypatch.setattr(billing_guard, "DEADLINE_S", 2.0, raising=False)
     apis.seed_node(CREATED)

@@ -20,7 +20,8 @@ import pytest
 from tests.fakes.compute import FakeCompute
 from tests.fakes.container import FakeContainer
 from tests.fakes.serviceusage import FakeServiceUsage
-from tpuserve.gcp import fleet_check
+from tpuserve import fleet_check
+from tpuserve.gcp.fleet_query import QUOTA_METRICS
 from tpuserve.paths import REPO_ROOT
 
 TOKEN = "ya29.fake-fleet-token"
@@ -92,7 +93,7 @@ def test_the_metric_names_are_computes_own() -> None:
     doc = json.loads((Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
                       / "compute.v1.json").read_text())
     enum = set(doc["schemas"]["Quota"]["properties"]["metric"]["enum"])
-    used = {m for by_model in fleet_check.QUOTA_METRICS.values() for m in by_model.values()}
+    used = {m for by_model in QUOTA_METRICS.values() for m in by_model.values()}
     assert used == {SPOT, ONDEMAND} and used <= enum
 
 

@@ -22,6 +22,7 @@ import yaml
 from tests.fakes import kubernetes as k8s
 from tests.render.fleet.conftest import fleet_deployment
 from tpuserve.gcp import kubectl
+from tpuserve.gcp.kube_bundle import CRD_OF_KIND
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render import fleet_bundle as fb
 
@@ -66,7 +67,7 @@ def applied(log: Path) -> list[list[str]]:
 
 
 def all_crds(api: k8s.FakeKubernetes, *, but: str = "") -> None:
-    for name in kubectl.CRD_OF_KIND.values():
+    for name in CRD_OF_KIND.values():
         api.put(k8s.crd(name, established=name != but))
 
 
@@ -86,11 +87,11 @@ def test_everything_ready_applies_builtins_then_the_custom_kinds(api, cluster, b
     ready(api)
     run(cluster, bundle)
     first, second = applied(log)
-    custom = {k for (_, k) in kubectl.CRD_OF_KIND}
+    custom = {k for (_, k) in CRD_OF_KIND}
     assert not custom & set(first) and "Deployment" in first
     assert set(second) <= custom and "InferencePool" in second and "Gateway" in second
     paths = [p for _m, p, _q in api.requests]
-    for name in kubectl.CRD_OF_KIND.values():
+    for name in CRD_OF_KIND.values():
         assert f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}" in paths
     assert f"/apis/apps/v1/namespaces/{fb.NAMESPACE}/deployments/{fb.EPP}" in paths
     gw = f"/apis/gateway.networking.k8s.io/v1/namespaces/{fb.NAMESPACE}/gateways/{fb.GATEWAY}"

@@ -16,9 +16,10 @@ import pytest
 from tests.fakes.hostile_server import finishes_within
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Clock, body, one_line, run_module
-from tpuserve.gcp.provisioner import converge, main, merged_metadata
+from tpuserve.gcp.qr_converge import converge, merged_metadata
 from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.gcp.tpu.queued_resources import QueuedResourceError, WaitTimeout
+from tpuserve.queued_resource import main
 from tpuserve.render.queued_resource_body import GENERATION_LABEL, with_generation
 
 NODE = f"{REF.parent}/nodes/{QR_ID}"

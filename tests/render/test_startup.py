@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.render.boot.support import cache_object
-from tpuserve import facts
+from tpuserve import contracts, facts
 from tpuserve.ops import boot_phases
 from tpuserve.render.boot_script import (
     BOOT_HELPER,
@@ -185,8 +185,8 @@ def test_the_header_documents_every_guest_attribute_written(rendered: dict[str, 
     text = rendered["spot"].read_text()
     header = text.split("set -euo pipefail")[0]
     # One namespace, facts.py's, rendered into the settings block; the header names the variable.
-    assert GUEST_ATTRIBUTE_NAMESPACE == facts.GUEST_ATTRIBUTE_NAMESPACE == boot_phases.NAMESPACE
-    assert _settings(rendered["spot"], '"$GA_NAMESPACE"') == [facts.GUEST_ATTRIBUTE_NAMESPACE]
+    assert GUEST_ATTRIBUTE_NAMESPACE == contracts.GUEST_ATTRIBUTE_NAMESPACE == boot_phases.NAMESPACE
+    assert _settings(rendered["spot"], '"$GA_NAMESPACE"') == [contracts.GUEST_ATTRIBUTE_NAMESPACE]
     assert "namespace GA_NAMESPACE" in header
     assert 'guest-attributes/$GA_NAMESPACE"' in text
     assert "guest-attributes/tpuserve" not in text  # not hard-coded anywhere else

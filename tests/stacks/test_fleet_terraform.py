@@ -340,7 +340,7 @@ def test_a_kubectl_failure_is_one_line(docs, kube: Kube, env, tmp_path: Path) ->
 ])
 def test_the_client_refuses_an_unpinned_image_directly(
         image: str, words: str, kube: Kube, env, capsys) -> None:
-    from tpuserve.gcp import kubectl
+    from tpuserve import kubectl
 
     code = kubectl.main(["apply", "--project", "p", "--location", "z", "--cluster", "c"],
                         {**env, kubectl.ENV_IMAGE: image})
@@ -361,7 +361,7 @@ def test_the_preflight_refuses_bad_queries_in_one_line(
         stdin: str, words: str, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     import io
 
-    from tpuserve.gcp import kubectl
+    from tpuserve import kubectl
 
     monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
     assert kubectl.main(["preflight"], {}) == 2
@@ -371,7 +371,7 @@ def test_the_preflight_refuses_bad_queries_in_one_line(
 
 
 def test_a_missing_tool_is_one_line(kube: Kube, env, tmp_path: Path, capsys) -> None:
-    from tpuserve.gcp import kubectl
+    from tpuserve import kubectl
 
     bundle = tmp_path / "bundle.yaml"
     bundle.write_text(yaml.safe_dump_all(objects(IMAGE, 1)))
@@ -383,7 +383,7 @@ def test_a_missing_tool_is_one_line(kube: Kube, env, tmp_path: Path, capsys) -> 
 
 
 def test_crds_are_applied_and_established_first(kube: Kube, env, tmp_path: Path) -> None:
-    from tpuserve.gcp import kubectl
+    from tpuserve import kubectl
 
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
            "metadata": {"name": "inferencepools.inference.networking.k8s.io"}}

@@ -26,7 +26,7 @@ import pytest
 
 from tests.fakes.cloud_tasks import FakeCloudTasks
 from tests.fakes.tpu_api import FakeTpuApi
-from tpuserve.gcp.billing_guard import ENV_TPU_ENDPOINT
+from tpuserve.contracts import GUARD_TPU_ENDPOINT_ENV as ENV_TPU_ENDPOINT
 from tpuserve.gcp.endpoints import TOKEN_ENV, TPU_API
 from tpuserve.settings import Deployment
 

@@ -129,7 +129,8 @@ def endpoint(
 
 
 def _endpoint_fleet(d: Deployment, cert_out: Path | None, json_output: bool) -> None:
-    from tpuserve.ops import fleet_status, kube
+    from tpuserve.gcp import kube
+    from tpuserve.ops import fleet_status
     from tpuserve.render.fleet_bundle import GATEWAY
     from tpuserve.render.fleet_bundle import NAMESPACE as K8S_NAMESPACE
 

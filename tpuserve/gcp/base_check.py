@@ -1,5 +1,6 @@
-"""The programs Terraform runs around a deployment's long-lived base (issue 13):
-`python -m tpuserve.base_check` runs `main` here.
+"""The checks Terraform runs around a deployment's long-lived base (issue 13), as API logic:
+`python -m tpuserve.base_check` (tpuserve/base_check.py: arguments, environment, output, exit
+codes and the run's deadline) calls them.
 
     python -m tpuserve.base_check preflight   # Terraform `external` data source protocol
     python -m tpuserve.base_check teardown    # the base's destroy-time provisioner
@@ -38,16 +39,13 @@ the Google API edge (tpuserve.gcp.api): its endpoint overrides, credentials and 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
-from tpuserve.bounded_call import client_deadline
+from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
 from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
 from tpuserve.gcp.endpoints import IAM_API, SECRETMANAGER_API, STORAGE_JSON_API, TPU_API
 from tpuserve.gcp.errors import ApiError
@@ -61,26 +59,10 @@ from tpuserve.gcp.tpu.listing import (
     zones_in_region,
 )
 
-PROG = "python -m tpuserve.base_check"
-
-# One run's bound, every call and retry beneath it included (the edge caps one try at 30 s and
-# one call's retries at 120 s; teardown lists two kinds in each zone of a region, and GKE).
-DEADLINE_S = {"preflight": 300.0, "teardown": 600.0}
-
 # preflight's query (Terraform's `external` data source sends strings only).
 REQUIRED_KEYS = ("project", "deployment", "region", "base_command")
 LIST_KEYS = ("secrets", "buckets", "service_accounts")
 
-# teardown's environment (the base stack's destroy provisioner sets them).
-ENV_PROJECT = "TPUSERVE_BASE_PROJECT"
-ENV_DEPLOYMENT = "TPUSERVE_BASE_DEPLOYMENT"
-ENV_REGION = "TPUSERVE_BASE_REGION"
-ENV_FORCE = "TPUSERVE_BASE_FORCE"
-
-# The labels every serving stack's TPU resources carry (Deployment.labels).
-MANAGED_BY = ("managed-by", "tpuserve")
-DEPLOYMENT_LABEL = "deployment"
-STACK_LABEL = "stack"
 
 # Project ids (also domain-scoped: example.com:proj), regions, deployment names: nothing that
 # could change the URL a name is put into.
@@ -154,7 +136,7 @@ def parse_query(text: str) -> Query:
     if missing:
         raise UsageError(f"preflight: the query lacks {', '.join(missing)}")
     project, deployment, region = (query[k].strip() for k in ("project", "deployment", "region"))
-    _check_common(project, deployment, region, "preflight: query")
+    check_common(project, deployment, region, "preflight: query")
     names: dict[str, list[str]] = {}
     for kind in KINDS:
         items = [n.strip() for n in query.get(kind.key, "").split(",") if n.strip()]
@@ -169,7 +151,7 @@ def parse_query(text: str) -> Query:
     return Query(project, deployment, region, " ".join(query["base_command"].split()), names)
 
 
-def _check_common(project: str, deployment: str, region: str, where: str) -> None:
+def check_common(project: str, deployment: str, region: str, where: str) -> None:
     if not _PROJECT_RE.fullmatch(project):
         raise UsageError(f"{where}: project {project!r} is not a Google Cloud project id")
     if not _DEPLOYMENT_RE.fullmatch(deployment):
@@ -253,23 +235,6 @@ def preflight_message(query: Query, result: PreflightResult) -> str | None:
     return None
 
 
-def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str],
-              apis: Mapping[str, GoogleApi]) -> int:
-    try:
-        text = stdin.read()
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"preflight: stdin is not UTF-8 text ({exc.reason})") from None
-    query = parse_query(text)
-    result = check_base(query, apis)
-    message = preflight_message(query, result)
-    if message is not None:
-        print(f"tpuserve: {message}", file=stderr)
-        return 1
-    json.dump({"base": "ok", "checked": str(result.checked)}, stdout)
-    stdout.write("\n")
-    return 0
-
-
 # ----------------------------------------------------------------------------- teardown
 
 
@@ -306,7 +271,7 @@ def _state(raw: Mapping[str, Any]) -> str:
 
 
 def _ours(labels: Mapping[str, str], deployment: str) -> bool:
-    return labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(DEPLOYMENT_LABEL) == deployment
+    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(DEPLOYMENT_LABEL) == deployment
 
 
 def tpu_survivors(api: GoogleApi, project: str, region: str, deployment: str,
@@ -369,73 +334,6 @@ def census(apis: Mapping[str, GoogleApi], project: str, region: str, deployment:
     return out
 
 
-def teardown(environ: Mapping[str, str], stdout: IO[str], stderr: IO[str],
-             apis: Mapping[str, GoogleApi]) -> int:
-    project, deployment, region = (environ.get(k, "").strip()
-                                   for k in (ENV_PROJECT, ENV_DEPLOYMENT, ENV_REGION))
-    unset = [k for k, v in ((ENV_PROJECT, project), (ENV_DEPLOYMENT, deployment),
-                            (ENV_REGION, region)) if not v]
-    if unset:
-        raise UsageError(f"teardown: {', '.join(unset)} unset (the base stack's destroy "
-                         "provisioner sets them)")
-    _check_common(project, deployment, region, "teardown")
-    force_raw = environ.get(ENV_FORCE, "").strip()
-    if force_raw not in ("", "0", "1"):
-        raise UsageError(f"teardown: {ENV_FORCE} = {force_raw!r}: 1 destroys the base even "
-                         "with serving stacks up, 0 or unset does not")
-    force = force_raw == "1"
-    where = f"deployment '{deployment}' in project '{project}' ({region})"
-    seen = census(apis, project, region, deployment)
-    found = seen.found
-    prefix = "tpuserve: warning: " if force else "tpuserve: "
-    for survivor in found:
-        print(f"{prefix}{survivor.line()}", file=stderr)
-    if seen.unproven:
-        why = "; ".join(map(str, seen.unproven))
-        if force:
-            print(f"tpuserve: warning: could not list the serving stacks of {where} to the "
-                  f"end ({why}); {ENV_FORCE}=1: destroying the base anyway", file=stderr)
-            return 0
-        up = (f"{len(found)} resource(s) of its serving stacks are up, and nothing proves "
-              "that no other" if found else "nothing proves that no")
-        print(f"tpuserve: teardown: {why}; the base of {where} was NOT destroyed: {up} serving "
-              f"stack is up (set {ENV_FORCE}=1 to destroy it anyway)", file=stderr)
-        return 1
-    if not found:
-        off = (f" ({' and '.join(seen.off)} {'is' if len(seen.off) == 1 else 'are'} not "
-               f"enabled in project '{project}')" if seen.off else "")
-        print(f"tpuserve: no serving stack of deployment '{deployment}' in {region}{off}: the "
-              "base may go", file=stdout)
-        return 0
-    n = len(found)
-    resources = (f"{n} TPU resource{'s' if n != 1 else ''}"
-                 if all(s.kind != "GKE cluster" for s in found)
-                 else f"{n} resource{'s' if n != 1 else ''}")
-    if force:
-        print(f"{prefix}{ENV_FORCE}=1: destroying the base of {where} anyway; the {resources} "
-              "above lose their network, service accounts and secrets (and keep billing until "
-              "destroyed)", file=stderr)
-        return 0
-    print(f"tpuserve: the base of {where} was NOT destroyed: {resources} of its serving "
-          f"stacks {'is' if n == 1 else 'are'} still up; destroy them first (commands above), "
-          f"or set {ENV_FORCE}=1 to destroy the base anyway", file=stderr)
-    return 1
-
-
-# ----------------------------------------------------------------------------- CLI
-
-USAGE = f"""usage: {PROG} preflight|teardown
-
-  preflight  Terraform external data source: stdin {{"project", "deployment", "region",
-             "base_command", "secrets", "buckets", "service_accounts"}} (strings; the lists
-             comma-separated); stdout {{"base": "ok", "checked": "<n>"}}
-  teardown   the base's destroy guard: ${ENV_PROJECT}, ${ENV_DEPLOYMENT}, ${ENV_REGION}
-             (${ENV_FORCE}=1: warn instead of refusing)
-
-Exit: 0 ok; 1 base missing / serving stacks up / an answer that proves nothing / API error
-(one line on stderr); 2 bad input."""
-
-
 def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
     """One edge client per service (endpoint overrides and TPUSERVE_TIME_SCALE honoured)."""
     try:
@@ -447,48 +345,3 @@ def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
     except ValueError as exc:  # a malformed endpoint override or TPUSERVE_TIME_SCALE
         raise UsageError(str(exc)) from None
     return apis
-
-
-def main(
-    argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None,
-    stdin: IO[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None,
-    apis: Mapping[str, GoogleApi] | None = None,
-) -> int:
-    env = os.environ if environ is None else environ
-    args = list(sys.argv[1:] if argv is None else argv)
-    out, err = stdout or sys.stdout, stderr or sys.stderr
-    if args in (["-h"], ["--help"]):
-        print(USAGE, file=out)
-        return 0
-    try:
-        if len(args) != 1 or args[0] not in ("preflight", "teardown"):
-            raise UsageError(f"expected one command, preflight or teardown (got "
-                             f"{' '.join(args) or 'none'}); see {PROG} --help")
-        clients = apis if apis is not None else make_apis(env)
-        seconds = DEADLINE_S[args[0]]
-        hint = (f"{PROG} {args[0]} ends every call within {seconds:g} s in all (its overall "
-                "deadline): try again once the API answers")
-        with contextlib.ExitStack() as bounds:
-            for api in {id(a): a for a in clients.values()}.values():
-                bounds.enter_context(client_deadline(api, seconds, hint=hint))
-            if args[0] == "preflight":
-                return preflight(stdin or sys.stdin, out, err, clients)
-            return teardown(env, out, err, clients)
-    except UsageError as exc:
-        print(f"tpuserve: {exc}", file=err)
-        return 2
-    except ApiError as exc:
-        print(f"tpuserve: {args[0]}: {exc}", file=err)
-        return 1
-    except KeyboardInterrupt:
-        print("tpuserve: interrupted", file=err)
-        return 130
-    except Exception as exc:  # Terraform shows stderr: one line, never a traceback
-        detail = " ".join(str(exc).split())[:300]
-        print(f"tpuserve: {args[0] if args else PROG}: unexpected {type(exc).__name__}: "
-              f"{detail}", file=err)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

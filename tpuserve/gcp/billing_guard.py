@@ -17,49 +17,37 @@ fake, a proxy) would get the token and never delete the node (issue 22). The arm
 themselves (read the node, create the task) are the caller's and follow its overrides.
 
 Used by the TPU VM stacks' `terraform_data.billing_guard` provisioners
-(`python -m tpuserve.billing_guard arm|disarm`, inputs in TPUSERVE_GUARD_* variables) and by
-`tpuserve recover`, which re-arms after replacing a node.
-
-One run of `arm` or `disarm` ends within DEADLINE_S (300 s): every call beneath it (the node's
-read, the task list's pages, each create and delete), its retries and each try's last byte
-included, is bounded by it (the edge's `deadline_within`); Terraform's local-exec has no
-timeout of its own. A call cut by it is one line naming the bound, exit 1.
+(`python -m tpuserve.billing_guard arm|disarm`, tpuserve/billing_guard.py: its inputs, its one
+deadline for every call beneath a run, its exit codes) and by `tpuserve recover`, which
+re-arms after replacing a node. The target and the task's shape: tpuserve/render/guard_task.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import datetime as dt
-import hashlib
-import json
-import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
-from tpuserve.facts import CLOUD_PLATFORM_SCOPE
 from tpuserve.gcp.api import GoogleApi, UnprovenAnswer
-from tpuserve.gcp.endpoints import TPU_API, guard_task_root
+from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.listing import pages
+from tpuserve.render.guard_task import (
+    NODE_RE,
+    GuardTarget,
+    build_task,
+    guard_seconds,
+    guard_target,
+    rfc3339,
+)
+
+__all__ = ["ArmResult", "CloudTasks", "GuardApi", "GuardError", "GuardTarget", "arm",
+           "build_task", "disarm", "guard_seconds", "guard_target", "parse_time"]
 
 CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
 TASKS_VERSION = "v2"
-# Cloud Tasks refuses a scheduleTime more than 30 days ahead (config: max_run_hours <= 720).
-MAX_SCHEDULE_S = 30 * 24 * 3600
-# One arm or disarm run's bound, every call and retry beneath it included (the edge caps one try
-# at 30 s and one call's retries at 120 s).
-DEADLINE_S = 300.0
-
-ENV_NODE = "TPUSERVE_GUARD_NODE"  # projects/P/locations/Z/nodes/N
-ENV_QUEUE = "TPUSERVE_GUARD_QUEUE"  # projects/P/locations/R/queues/Q
-ENV_SERVICE_ACCOUNT = "TPUSERVE_GUARD_SERVICE_ACCOUNT"  # the guard's email
-ENV_SECONDS = "TPUSERVE_GUARD_MAX_RUN_SECONDS"
-# The root the task calls (the stack sets it from [gcp] tpu_api_endpoint); unset: production.
-ENV_TPU_ENDPOINT = "TPUSERVE_GUARD_TPU_ENDPOINT"
 # What follows `<node>-` in a guard task's id: the createTime epoch, then (since issue 22) an
 # 8-hex digest of the task; ids of either form are this node's tasks.
 _TASK_SUFFIX_RE = re.compile(r"\d+(?:-[0-9a-f]{8})?")
@@ -67,64 +55,9 @@ _TASK_SUFFIX_RE = re.compile(r"\d+(?:-[0-9a-f]{8})?")
 # is refused with 409, so the same task is named anew (a salt in its digest).
 NAME_TRIES = 4
 
-_NODE_RE = re.compile(r"projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/locations/([a-z0-9-]+)/nodes/"
-                      r"([a-z]([-a-z0-9]{0,61}[a-z0-9])?)")
-_QUEUE_RE = re.compile(r"projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/locations/[a-z0-9-]+/queues/"
-                       r"[A-Za-z0-9-]{1,100}")
-_EMAIL_RE = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]\."
-                       r"iam\.gserviceaccount\.com")
-
 
 class GuardError(Exception):
     """The guard cannot be armed; `str()` is one line saying why and what to do."""
-
-
-@dataclass(frozen=True)
-class GuardTarget:
-    """One node's guard: which node, which queue, as whom, after how long."""
-
-    node: str
-    queue: str
-    service_account: str
-    max_run_seconds: int
-    tpu_endpoint: str = TPU_API  # the root the task calls: production or a PSC endpoint
-
-    def __post_init__(self) -> None:
-        if guard_task_root("billing guard TPU endpoint", self.tpu_endpoint) != self.tpu_endpoint:
-            raise ValueError(f"billing guard TPU endpoint {self.tpu_endpoint!r}: write it as "
-                             "https://HOST/")
-        for what, value, rule in (("node", self.node, _NODE_RE), ("queue", self.queue, _QUEUE_RE),
-                                  ("service account", self.service_account, _EMAIL_RE)):
-            if not rule.fullmatch(value):
-                raise ValueError(f"billing guard {what} {value!r}: not a valid name")
-        if not 0 < self.max_run_seconds <= MAX_SCHEDULE_S:
-            raise ValueError(
-                f"billing guard max run {self.max_run_seconds} s: must be 1 s to 30 days "
-                "(Cloud Tasks schedules at most 30 days ahead)"
-            )
-
-    @property
-    def node_id(self) -> str:
-        return self.node.rsplit("/", 1)[1]
-
-
-def guard_target(d: Any) -> GuardTarget | None:
-    """The guard of a deployment (a settings Deployment), or None: flex stops by itself
-    (SPEC 2) and max_run_hours = 0 turns the guard off."""
-    if not d.has_billing_guard:
-        return None
-    return GuardTarget(d.node_path, d.guard_queue, d.guard_service_account_email,
-                       guard_seconds(d.stack.max_run_hours),
-                       guard_task_root("gcp.tpu_api_endpoint", d.gcp.tpu_api_endpoint))
-
-
-def guard_seconds(max_run_hours: float) -> int:
-    """At least one second: a fraction of an hour never rounds the guard off."""
-    return max(1, round(max_run_hours * 3600))
-
-
-def rfc3339(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str) -> dt.datetime:
@@ -134,32 +67,6 @@ def parse_time(text: str) -> dt.datetime:
         raise GuardError(f"createTime {text!r}: not an RFC 3339 timestamp")
     zone = "+00:00" if m.group(3) == "Z" else m.group(3)
     return dt.datetime.fromisoformat(m.group(1) + zone)
-
-
-def task_id(node_id: str, created: dt.datetime, digest: str) -> str:
-    return f"{node_id}-{int(created.timestamp())}-{digest}"
-
-
-def build_task(target: GuardTarget, created: dt.datetime, salt: int = 0) -> dict[str, Any]:
-    """The Cloud Tasks `Task` (v2 REST shape) that deletes the node at its deadline. Pure:
-    nothing in it comes from the environment (the URL is the target's tpu_endpoint). `salt`
-    names the same task anew when Cloud Tasks still keeps the name (see arm)."""
-    deadline = created + dt.timedelta(seconds=target.max_run_seconds)
-    content = {
-        "scheduleTime": rfc3339(deadline),
-        "httpRequest": {
-            "url": f"{target.tpu_endpoint}v2/{target.node}",
-            "httpMethod": "DELETE",
-            "oauthToken": {
-                "serviceAccountEmail": target.service_account,
-                "scope": CLOUD_PLATFORM_SCOPE,
-            },
-        },
-    }
-    keyed = {**content, "salt": salt} if salt else content
-    digest = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:8]
-    return {"name": f"{target.queue}/tasks/{task_id(target.node_id, created, digest)}",
-            **content}
 
 
 class CloudTasks(GoogleApi):
@@ -287,7 +194,7 @@ def _get_node(tpu: GoogleApi, target: GuardTarget) -> dict[str, Any] | None:
         if exc.code == 404:
             return None
         raise
-    m = _NODE_RE.fullmatch(target.node)
+    m = NODE_RE.fullmatch(target.node)
     assert m is not None  # GuardTarget checked it
     name = data.get("name")
     if not (isinstance(name, str) and re.fullmatch(
@@ -313,64 +220,3 @@ class GuardApi:
         tasks = CloudTasks(environ=self._environ)
         tpu = GoogleApi("tpu", TPU_API, environ=self._environ)
         return arm(target, tasks=tasks, tpu=tpu).describe()
-
-
-# ----------------------------------------------------------------------------- entry point
-
-
-def target_from_env(environ: Mapping[str, str], *, endpoint: bool = True) -> GuardTarget:
-    """The target the stack's provisioner describes in TPUSERVE_GUARD_*. The task's endpoint
-    comes from ENV_TPU_ENDPOINT only (unset: production), never from an endpoint override;
-    `endpoint=False` (disarm, which builds no task) does not read it."""
-    missing = [v for v in (ENV_NODE, ENV_QUEUE, ENV_SERVICE_ACCOUNT, ENV_SECONDS)
-               if not environ.get(v)]
-    if missing:
-        raise ValueError(f"missing {', '.join(missing)}: the stack's provisioner sets them")
-    raw = environ[ENV_SECONDS]
-    if not raw.isdigit():
-        raise ValueError(f"{ENV_SECONDS} = {raw!r}: whole seconds")
-    root = guard_task_root(ENV_TPU_ENDPOINT,
-                           (environ.get(ENV_TPU_ENDPOINT) or None) if endpoint else None)
-    return GuardTarget(environ[ENV_NODE], environ[ENV_QUEUE], environ[ENV_SERVICE_ACCOUNT],
-                       int(raw), root)
-
-
-def main(argv: list[str] | None = None, *, environ: Mapping[str, str] | None = None,
-         stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
-    env = os.environ if environ is None else environ
-    out, err = stdout or sys.stdout, stderr or sys.stderr
-    parser = argparse.ArgumentParser(
-        prog="python -m tpuserve.billing_guard",
-        description="Arm or disarm a TPU node's billing guard (a Cloud Tasks task); used by "
-                    f"the spot and on-demand stacks. Inputs: ${ENV_NODE}, ${ENV_QUEUE}, "
-                    f"${ENV_SERVICE_ACCOUNT}, ${ENV_SECONDS}, ${ENV_TPU_ENDPOINT} (optional).",
-    )
-    parser.add_argument("command", choices=("arm", "disarm"))
-    args = parser.parse_args(argv)
-    hint = (f"billing guard {args.command} ends every call within {DEADLINE_S:g} s in all (its "
-            "overall deadline): run it again once the API answers")
-    try:
-        target = target_from_env(env, endpoint=args.command == "arm")
-        tasks = CloudTasks(environ=env)
-        with contextlib.ExitStack() as bounds:
-            bounds.enter_context(tasks.deadline_within(DEADLINE_S, hint=hint))
-            if args.command == "arm":
-                tpu = GoogleApi("tpu", TPU_API, environ=env)
-                bounds.enter_context(tpu.deadline_within(DEADLINE_S, hint=hint))
-                print(f"tpuserve: {target.node_id}: "
-                      f"{arm(target, tasks=tasks, tpu=tpu).describe()}", file=out)
-            else:
-                removed = disarm(target, tasks=tasks)
-                print(f"tpuserve: {target.node_id}: billing guard disarmed ({len(removed)} "
-                      "task(s) deleted)", file=out)
-    except ValueError as exc:
-        print(f"tpuserve: {exc}", file=err)
-        return 2
-    except (ApiError, GuardError) as exc:
-        print(f"tpuserve: billing guard {args.command}: {exc}", file=err)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

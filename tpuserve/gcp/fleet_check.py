@@ -1,5 +1,6 @@
-"""The fleet's plan-time preflight (issue 23): `python -m tpuserve.fleet_check preflight`, run
-by the fleet stack's `data.external.fleet_preflight` before any of its resources exists.
+"""The fleet's plan-time preflight (issue 23), as API logic: `python -m tpuserve.fleet_check
+preflight` (tpuserve/fleet_check.py: stdin, output, exit codes, the one deadline), run by the
+fleet stack's `data.external.fleet_preflight` before any of its resources exists, calls it.
 
 stdin is the data source's query, a JSON object of strings:
     project, region, zone, cluster, release_channel, min_master_version, machine_type,
@@ -24,161 +25,20 @@ deadline for the whole check.
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
+from tpuserve.contracts import FLEET_FORCE_ENV as ENV_FORCE
 from tpuserve.gcp.api import GoogleApi
 from tpuserve.gcp.errors import ApiError
+from tpuserve.gcp.fleet_query import QUOTA_METRICS, Query, gke_version
 
-PROG = "python -m tpuserve.fleet_check"
-ENV_FORCE = "TPUSERVE_FLEET_FORCE"
 # The API roots, as gcloud's CLOUDSDK_API_ENDPOINT_OVERRIDES_<SERVICE> takes them (compute's
 # override carries its service path, as gcloud's does).
 COMPUTE_API = "https://compute.googleapis.com/compute/v1/"
 CONTAINER_API = "https://container.googleapis.com/"
 SERVICEUSAGE_API = "https://serviceusage.googleapis.com/"
-# The fleet cluster's control-plane floor (stacks/fleet.py sets it as min_master_version): GKE
-# installs the InferencePool CRD (inference.networking.k8s.io/v1) from 1.34.0-gke.1626000 (GKE
-# Inference Gateway docs); TPU flex-start pools need 1.33.0-gke.1712000, below it. The fleet's
-# Kubernetes schema tests validate at its minor.
-MIN_MASTER_VERSION = "1.34.0-gke.1626000"
-# The whole check's bound: every call and retry beneath it ends by then.
-DEADLINE_S = 90.0
-
-# GKE machine type -> (the TPU accelerator GKE labels its nodes with, chips per node).
-MACHINES: dict[str, tuple[str, int]] = {
-    "ct5lp-hightpu-1t": ("tpu-v5-lite-podslice", 1),
-    "ct5lp-hightpu-4t": ("tpu-v5-lite-podslice", 4),
-    "ct5lp-hightpu-8t": ("tpu-v5-lite-podslice", 8),
-}
-# accelerator -> provisioning model -> the Compute Engine regional quota metric GKE's TPU nodes
-# use (GKE's "Plan TPUs in GKE" quota table; the names are compute.v1's Quota.metric enum).
-# Spot and flex-start nodes both draw on the preemptible metric. Another chip: one more row.
-QUOTA_METRICS: dict[str, dict[str, str]] = {
-    "tpu-v5-lite-podslice": {
-        "ondemand": "TPU_LITE_PODSLICE_V5",
-        "spot": "PREEMPTIBLE_TPU_LITE_PODSLICE_V5",
-        "flex": "PREEMPTIBLE_TPU_LITE_PODSLICE_V5",
-    },
-}
-
-REQUIRED_KEYS = ("project", "region", "zone", "cluster", "release_channel",
-                 "min_master_version", "machine_type", "provisioning", "min_replicas",
-                 "max_replicas", "apis")
-CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
-MODELS = ("flex", "spot", "ondemand")
-_PROJECT_RE = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
-_REGION_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+")
-_ZONE_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+-[a-z]")
-_NAME_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?")
-_API_RE = re.compile(r"[a-z][a-z0-9-]*\.googleapis\.com")
-# GKE versions: 1.34.0-gke.1626000 (the only form compared; anything else proves nothing).
-_GKE_VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)-gke\.(\d+)")
-
-
-class UsageError(Exception):
-    """Bad input (query, environment): one line, exit 2."""
-
-
-def gke_version(text: str) -> tuple[int, int, int, int] | None:
-    """(major, minor, patch, gke build) of a full GKE version, else None."""
-    m = _GKE_VERSION_RE.fullmatch(text) if isinstance(text, str) else None
-    return (int(m[1]), int(m[2]), int(m[3]), int(m[4])) if m else None
-
-
-@dataclass(frozen=True)
-class Query:
-    project: str
-    region: str
-    zone: str
-    cluster: str
-    channel: str
-    floor: str
-    machine_type: str
-    provisioning: tuple[str, ...]
-    min_replicas: int
-    max_replicas: int
-    apis: tuple[str, ...]
-
-    @property
-    def accelerator(self) -> str:
-        return MACHINES[self.machine_type][0]
-
-    @property
-    def chips_per_node(self) -> int:
-        return MACHINES[self.machine_type][1]
-
-
-def _int(query: Mapping[str, str], key: str) -> int:
-    text = query[key].strip()
-    if not re.fullmatch(r"[1-9]\d{0,3}", text):
-        raise UsageError(f"preflight: query {key} = {text!r}: a whole number from 1 to 9999")
-    return int(text)
-
-
-def parse_query(text: str) -> Query:
-    try:
-        query = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"preflight: stdin is not JSON ({exc})") from None
-    if not isinstance(query, dict):
-        raise UsageError("preflight: stdin must be a JSON object of strings (Terraform's "
-                         "external data source query)")
-    unknown = sorted(set(query) - set(REQUIRED_KEYS))
-    if unknown:
-        raise UsageError(f"preflight: unknown query key(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(REQUIRED_KEYS)}")
-    not_str = sorted(k for k, v in query.items() if not isinstance(v, str))
-    if not_str:
-        raise UsageError(f"preflight: query value(s) of {', '.join(not_str)} must be strings")
-    missing = [k for k in REQUIRED_KEYS if not query.get(k, "").strip()]
-    if missing:
-        raise UsageError(f"preflight: the query lacks {', '.join(missing)}")
-    q = {k: query[k].strip() for k in REQUIRED_KEYS}
-    for key, pattern, what in (("project", _PROJECT_RE, "a Google Cloud project id"),
-                               ("region", _REGION_RE, "a region (like us-west4)"),
-                               ("zone", _ZONE_RE, "a zone (like us-west4-a)"),
-                               ("cluster", _NAME_RE, "a GKE cluster name")):
-        if not pattern.fullmatch(q[key]):
-            raise UsageError(f"preflight: query {key} = {q[key]!r} is not {what}")
-    if not q["zone"].startswith(q["region"] + "-"):
-        raise UsageError(f"preflight: query zone {q['zone']!r} is not in region {q['region']!r}")
-    if q["release_channel"] not in CHANNELS:
-        raise UsageError(f"preflight: query release_channel = {q['release_channel']!r}: one of "
-                         f"{', '.join(CHANNELS)}")
-    if gke_version(q["min_master_version"]) is None:
-        raise UsageError(f"preflight: query min_master_version = {q['min_master_version']!r}: "
-                         "a full GKE version like 1.34.0-gke.1626000")
-    if q["machine_type"] not in MACHINES:
-        raise UsageError(f"preflight: query machine_type = {q['machine_type']!r}: known TPU "
-                         f"machine types are {', '.join(MACHINES)}")
-    models = tuple(m.strip() for m in q["provisioning"].split(","))
-    if not models or any(m not in MODELS for m in models) or len(set(models)) != len(models):
-        raise UsageError(f"preflight: query provisioning = {q['provisioning']!r}: distinct "
-                         f"models of {', '.join(MODELS)}, comma-separated")
-    accelerator = MACHINES[q["machine_type"]][0]
-    unmapped = [m for m in models if m not in QUOTA_METRICS.get(accelerator, {})]
-    if unmapped:
-        raise UsageError(f"preflight: no quota metric is known for {accelerator} "
-                         f"{', '.join(unmapped)} nodes (tpuserve.gcp.fleet_check.QUOTA_METRICS)")
-    lo, hi = _int(q, "min_replicas"), _int(q, "max_replicas")
-    if lo > hi:
-        raise UsageError(f"preflight: query min_replicas {lo} exceeds max_replicas {hi}")
-    apis = tuple(dict.fromkeys(a.strip() for a in q["apis"].split(",") if a.strip()))
-    bad = [a for a in apis if not _API_RE.fullmatch(a)]
-    if bad or not apis:
-        raise UsageError(f"preflight: query apis: {bad[0] if bad else ''!r} is not a service "
-                         "name like container.googleapis.com")
-    if len(apis) > 30:  # services.batchGet's documented maximum per request
-        raise UsageError(f"preflight: query apis: {len(apis)} services, at most 30")
-    return Query(q["project"], q["region"], q["zone"], q["cluster"], q["release_channel"],
-                 q["min_master_version"], q["machine_type"], models, lo, hi, apis)
 
 
 @dataclass
@@ -399,94 +259,18 @@ def existing_cluster(q: Query, api: GoogleApi) -> dict[str, Any] | None:
     return found[0] if len(found) == 1 else None
 
 
-# ----------------------------------------------------------------------------- CLI
-
-
-def preflight(stdin: IO[str], stdout: IO[str], stderr: IO[str], apis: Mapping[str, GoogleApi],
-              environ: Mapping[str, str]) -> int:
-    force_raw = environ.get(ENV_FORCE, "").strip()
-    if force_raw not in ("", "0", "1"):
-        raise UsageError(f"preflight: {ENV_FORCE} = {force_raw!r}: 1 plans with an absent "
-                         "quota metric (a warning), 0 or unset refuses")
-    try:
-        text = stdin.read()
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"preflight: stdin is not UTF-8 text ({exc.reason})") from None
-    q = parse_query(text)
+def check(q: Query, apis: Mapping[str, GoogleApi], *, force: bool) -> Findings:
+    """Every check of the query, in turn: the APIs, the versions, the quota."""
     findings = Findings()
     check_apis(q, apis["serviceusage"], findings)
     existing = existing_cluster(q, apis["container"])
     check_versions(q, apis["container"], findings, existing)
-    check_quota(q, apis["compute"], findings, force=force_raw == "1",
-                cluster_exists=existing is not None)
-    for line in findings.warnings:
-        print(f"tpuserve: warning: {line}", file=stderr)
-    for line in findings.failures:
-        print(f"tpuserve: {line}", file=stderr)
-    if findings.failures:
-        return 1
-    json.dump({"fleet": "ok", "warnings": str(len(findings.warnings)),
-               "warning_text": "; ".join(findings.warnings)}, stdout)
-    stdout.write("\n")
-    return 0
-
-
-USAGE = f"""usage: {PROG} preflight
-
-  preflight  Terraform external data source: stdin {{{', '.join(f'"{k}"' for k in REQUIRED_KEYS)}}}
-             (strings); stdout {{"fleet": "ok", "warnings": "<n>", "warning_text": "..."}}
-             (${ENV_FORCE}=1: an absent quota metric warns instead of refusing)
-
-Exit: 0 ok; 1 a check refused (one line each on stderr); 2 bad input."""
+    check_quota(q, apis["compute"], findings, force=force, cluster_exists=existing is not None)
+    return findings
 
 
 def make_apis(environ: Mapping[str, str]) -> dict[str, GoogleApi]:
-    """One edge client per service, all inside one deadline."""
-    try:
-        apis = {"compute": GoogleApi("compute", COMPUTE_API, environ=environ),
-                "container": GoogleApi("container", CONTAINER_API, environ=environ),
-                "serviceusage": GoogleApi("serviceusage", SERVICEUSAGE_API, environ=environ)}
-    except ValueError as exc:  # a malformed endpoint override or TPUSERVE_TIME_SCALE
-        raise UsageError(str(exc)) from None
-    end = time.monotonic() + DEADLINE_S  # wall time: TPUSERVE_TIME_SCALE scales only pauses
-    for api in apis.values():
-        api.deadline = end
-        api.deadline_hint = (f"{PROG} preflight ends every call within {DEADLINE_S:g} s in all "
-                             "(its overall deadline): try again once the API answers")
-    return apis
-
-
-def main(
-    argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None,
-    stdin: IO[str] | None = None, stdout: IO[str] | None = None, stderr: IO[str] | None = None,
-    apis: Mapping[str, GoogleApi] | None = None,
-) -> int:
-    env = os.environ if environ is None else environ
-    args = list(sys.argv[1:] if argv is None else argv)
-    out, err = stdout or sys.stdout, stderr or sys.stderr
-    if args in (["-h"], ["--help"]):
-        print(USAGE, file=out)
-        return 0
-    try:
-        if args != ["preflight"]:
-            raise UsageError(f"expected one command, preflight (got {' '.join(args) or 'none'}"
-                             f"); see {PROG} --help")
-        clients = apis if apis is not None else make_apis(env)
-        return preflight(stdin or sys.stdin, out, err, clients, env)
-    except UsageError as exc:
-        print(f"tpuserve: {exc}", file=err)
-        return 2
-    except ApiError as exc:
-        print(f"tpuserve: preflight: {exc}", file=err)
-        return 1
-    except KeyboardInterrupt:
-        print("tpuserve: interrupted", file=err)
-        return 130
-    except Exception as exc:  # Terraform shows stderr: one line, never a traceback
-        detail = " ".join(str(exc).split())[:300]
-        print(f"tpuserve: preflight: unexpected {type(exc).__name__}: {detail}", file=err)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    """One edge client per service (endpoint overrides and TPUSERVE_TIME_SCALE honoured)."""
+    return {"compute": GoogleApi("compute", COMPUTE_API, environ=environ),
+            "container": GoogleApi("container", CONTAINER_API, environ=environ),
+            "serviceusage": GoogleApi("serviceusage", SERVICEUSAGE_API, environ=environ)}

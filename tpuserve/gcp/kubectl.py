@@ -1,32 +1,14 @@
-"""The fleet stack's provisioners: `python -m tpuserve.kubectl apply|delete` runs `main` here.
-
-    python -m tpuserve.kubectl apply    # the bundle, server-side, as field manager `tpuserve`
-    python -m tpuserve.kubectl delete   # what the bundle made, namespaces and CRDs last
-    python -m tpuserve.kubectl preflight   # hashicorp/external: {"image": ...} on stdin
-
-preflight runs at plan time (the fleet stack's `data.external.image_preflight`): an image
-without a real digest fails the plan before the cluster or anything else is created, in one
-line. apply checks again, for a stack synthesized before this check existed.
-
-The cluster comes from $TPUSERVE_K8S_PROJECT, $TPUSERVE_K8S_LOCATION (its zone) and
-$TPUSERVE_K8S_CLUSTER (or --project, --location, --cluster); the bundle (multi-document YAML)
-from $TPUSERVE_K8S_BUNDLE_GZ, gzipped and base64-encoded (Terraform's base64gzip: Linux caps one
-environment variable at 128 KiB), or --bundle-file. apply also reads the vLLM image
-($TPUSERVE_K8S_IMAGE or --image) and refuses, before any call, one without a real digest.
-
-Credentials: `gcloud container clusters get-credentials` writes into a private KUBECONFIG
-(a temporary file of this run, removed after), never the user's ~/.kube/config. gcloud and
-kubectl are found on PATH (gcloud ships kubectl: `gcloud components install kubectl`).
-An error prints one line to stderr and exits 1 (bad input: 2); never a traceback.
+"""The fleet stack's Kubernetes steps against the cluster: `gcloud container clusters
+get-credentials` into a private KUBECONFIG (a temporary file of this run, removed after, never
+the user's ~/.kube/config), `kubectl apply --server-side` and `kubectl delete` of the bundle
+(tpuserve.gcp.kube_bundle reads it), and the apply's waits for what GKE installs and what the
+Gateway cannot serve without, all within one bound. `python -m tpuserve.kubectl`
+(tpuserve/kubectl.py: arguments, environment, exit codes) runs them. gcloud and kubectl are
+found on PATH (gcloud ships kubectl: `gcloud components install kubectl`).
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
-import binascii
-import gzip
-import json
 import os
 import shutil
 import subprocess
@@ -36,14 +18,26 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
+from tpuserve.contracts import (
+    ADAPTER_DEPLOYMENT,
+    ADAPTER_NAMESPACE,
+    EPP_DEPLOYMENT,
+    FLEET_NAMESPACE,
+    K8S_CLUSTER_ENV,
+    K8S_LOCATION_ENV,
+    K8S_PROJECT_ENV,
+)
+from tpuserve.gcp.kube_bundle import (
+    BUILTIN_GROUPS,
+    KubectlError,
+    delete_phases,
+    dump,
+    group_of,
+    is_crd,
+    needed_crds,
+    split_documents,
+)
 
-# The fleet stack's Terraform passes these to the provisioners (stacks/fleet.py).
-ENV_PROJECT = "TPUSERVE_K8S_PROJECT"
-ENV_LOCATION = "TPUSERVE_K8S_LOCATION"
-ENV_CLUSTER = "TPUSERVE_K8S_CLUSTER"
-ENV_BUNDLE_GZ = "TPUSERVE_K8S_BUNDLE_GZ"
-ENV_IMAGE = "TPUSERVE_K8S_IMAGE"
 FIELD_MANAGER = "tpuserve"
 APPLY = ("apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}",
          "-f", "-")
@@ -54,156 +48,15 @@ CRD_WAIT = ("wait", "--for=condition=Established", "-f", "-")  # + --timeout=<wh
 # `cdktf deploy fleet` applies again.
 APPLY_BOUND_S = 15 * 60
 POLL_S = 10.0
-# The kinds GKE installs the CRDs of with its add-ons (Gateway API, Inference Gateway, managed
-# Prometheus, Secret Manager, node auto-provisioning/ComputeClass, the load balancer policies):
-# (group, kind) -> the CRD's name. An object of any other non-built-in kind is refused.
-CRD_OF_KIND = {
-    ("gateway.networking.k8s.io", "Gateway"): "gateways.gateway.networking.k8s.io",
-    ("gateway.networking.k8s.io", "HTTPRoute"): "httproutes.gateway.networking.k8s.io",
-    ("inference.networking.k8s.io", "InferencePool"):
-        "inferencepools.inference.networking.k8s.io",
-    ("monitoring.googleapis.com", "PodMonitoring"): "podmonitorings.monitoring.googleapis.com",
-    ("secrets-store.csi.x-k8s.io", "SecretProviderClass"):
-        "secretproviderclasses.secrets-store.csi.x-k8s.io",
-    ("cloud.google.com", "ComputeClass"): "computeclasses.cloud.google.com",
-    ("networking.gke.io", "HealthCheckPolicy"): "healthcheckpolicies.networking.gke.io",
-    ("networking.gke.io", "GCPBackendPolicy"): "gcpbackendpolicies.networking.gke.io",
-}
-# The API groups every cluster serves (no CRD to wait for).
-BUILTIN_GROUPS = frozenset({
-    "", "apps", "batch", "autoscaling", "policy", "rbac.authorization.k8s.io",
-    "networking.k8s.io", "apiregistration.k8s.io", "apiextensions.k8s.io",
-    "scheduling.k8s.io", "storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
-})
 # The Deployments the Gateway cannot serve without (the endpoint picker, with failureMode
 # FailClose; the adapter the HPA reads): the apply waits for them to be available.
-WAIT_DEPLOYMENTS = frozenset({("tpuserve", "vllm-epp"),
-                              ("custom-metrics", "custom-metrics-stackdriver-adapter")})
+WAIT_DEPLOYMENTS = frozenset({(FLEET_NAMESPACE, EPP_DEPLOYMENT),
+                              (ADAPTER_NAMESPACE, ADAPTER_DEPLOYMENT)})
 INSTALL_HINT = {
     "gcloud": "install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)",
     "kubectl": "install it with `gcloud components install kubectl` (and "
                "gke-gcloud-auth-plugin)",
 }
-
-
-class KubectlError(Exception):
-    """One line for the user; `code` is the exit status (2: bad input)."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# ----------------------------------------------------------------------------- input
-
-
-def check_image(image: str | None, setting: str = "vllm.image",
-                section: str = "[stacks.fleet]") -> None:
-    """The fleet runs one image on every node: it must be pinned by a real digest."""
-    name = (image or "IMAGE").split("@", 1)[0]
-    how = (f"pin it as {name}@sha256:<digest> in "
-           f"{section} (the digest: `crane digest {name}` or `docker buildx imagetools "
-           f"inspect {name}`)")
-    if not image:
-        raise KubectlError(f"{setting} is not set: {how}", 2)
-    if image.endswith("@" + PLACEHOLDER_DIGEST):
-        raise KubectlError(f"{setting} = {image!r} carries the placeholder digest: {how}", 2)
-    if "@sha256:" not in image:
-        raise KubectlError(f"{setting} = {image!r} has no digest: {how}", 2)
-
-
-# The preflight's query: the vLLM image and, from stacks synthesized after the picker and the
-# adapter became settings, theirs (no upstream records their digests: the defaults carry the
-# placeholder, refused here at plan time).
-PREFLIGHT_IMAGES = {"image": ("vllm.image", "[stacks.fleet]"),
-                    "picker_image": ("fleet.picker_image", "[fleet]"),
-                    "adapter_image": ("fleet.adapter_image", "[fleet]")}
-
-
-def preflight(stdin: str) -> str:
-    """The external data source's protocol: a JSON object of strings in, one out."""
-    try:
-        query = json.loads(stdin)
-    except json.JSONDecodeError as exc:
-        raise KubectlError(f"preflight: stdin is not JSON ({exc})", 2) from None
-    if not isinstance(query, dict) or "image" not in query \
-            or not set(query) <= set(PREFLIGHT_IMAGES) \
-            or not all(isinstance(v, str) for v in query.values()):
-        raise KubectlError('preflight: stdin must be {"image": "<name>@sha256:<digest>"} '
-                           '(and optionally "picker_image", "adapter_image")', 2)
-    for key, (setting, section) in PREFLIGHT_IMAGES.items():
-        if key in query:
-            check_image(query[key], setting, section)
-    return json.dumps({"image": query["image"]})
-
-
-def placeholder_line(bundle: str) -> str:
-    """Which images of the bundle carry the placeholder digest, and the settings to set."""
-    images = sorted({ln.split("image:", 1)[1].strip().strip("'\"")
-                     for ln in bundle.splitlines()
-                     if "image:" in ln and PLACEHOLDER_DIGEST in ln})
-    return (f"the bundle carries the placeholder digest in {', '.join(images) or 'an object'}: "
-            "set the real digest (vllm.image in [stacks.fleet]; fleet.picker_image, "
-            "fleet.adapter_image in [fleet])")
-
-
-def decode_bundle(encoded: str) -> str:
-    try:
-        return gzip.decompress(base64.b64decode(encoded, validate=True)).decode()
-    except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
-        raise KubectlError(f"${ENV_BUNDLE_GZ} is not a gzipped, base64-encoded bundle "
-                           f"({exc})", 2) from None
-
-
-def read_bundle(bundle_file: str | None, environ: Mapping[str, str]) -> str:
-    if bundle_file:
-        try:
-            with open(bundle_file, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise KubectlError(f"cannot read the bundle {bundle_file}: {exc.strerror}",
-                               2) from None
-    elif environ.get(ENV_BUNDLE_GZ):
-        text = decode_bundle(environ[ENV_BUNDLE_GZ])
-    else:
-        raise KubectlError(f"no bundle: set ${ENV_BUNDLE_GZ} or pass --bundle-file", 2)
-    if not text.strip():
-        raise KubectlError("the bundle is empty: nothing to apply", 2)
-    return text
-
-
-def split_documents(text: str) -> list[dict[str, Any]]:
-    import yaml
-
-    try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc]
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise KubectlError(f"the bundle is not YAML: {first}", 2) from None
-    for doc in docs:
-        if not isinstance(doc, dict) or "kind" not in doc:
-            raise KubectlError("the bundle holds a document that is not a Kubernetes object", 2)
-    return docs
-
-
-def dump(docs: Sequence[dict[str, Any]]) -> str:
-    import yaml
-
-    return yaml.safe_dump_all(list(docs), sort_keys=False)
-
-
-def _is_crd(doc: dict[str, Any]) -> bool:
-    return doc.get("kind") == "CustomResourceDefinition"
-
-
-def delete_phases(docs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Deletion order: everything else in reverse apply order, then the namespaces (whose
-    deletion takes whatever is left in them), then the CRDs (whose deletion takes every
-    object of their kinds)."""
-    rest = [d for d in reversed(docs) if d.get("kind") != "Namespace" and not _is_crd(d)]
-    namespaces = [d for d in docs if d.get("kind") == "Namespace"]
-    crds = [d for d in reversed(docs) if _is_crd(d)]
-    return [phase for phase in (rest, namespaces, crds) if phase]
 
 
 # ----------------------------------------------------------------------------- commands
@@ -247,11 +100,11 @@ class Cluster:
 
     def __init__(self, project: str, location: str, name: str,
                  environ: Mapping[str, str]) -> None:
-        for setting, value in (("project", project), ("location", location),
-                               ("cluster", name)):
+        for setting, value, env in (("project", project, K8S_PROJECT_ENV),
+                                    ("location", location, K8S_LOCATION_ENV),
+                                    ("cluster", name, K8S_CLUSTER_ENV)):
             if not value:
-                raise KubectlError(f"no {setting}: set $TPUSERVE_K8S_{setting.upper()} or "
-                                   f"pass --{setting}", 2)
+                raise KubectlError(f"no {setting}: set ${env} or pass --{setting}", 2)
         self.project, self.location, self.name = project, location, name
         self.environ = environ
         self._dir: str | None = None
@@ -288,30 +141,6 @@ class Cluster:
     def kubectl_run(self, args: Sequence[str], stdin: str) -> None:
         _run([self.kubectl, *args], self.env, stdin=stdin, what=f"kubectl {args[0]}",
              timeout=self.left())
-
-
-def _group(doc: dict[str, Any]) -> str:
-    api = str(doc.get("apiVersion", ""))
-    return api.rpartition("/")[0] if "/" in api else ""
-
-
-def needed_crds(docs: Sequence[dict[str, Any]]) -> dict[str, set[str]]:
-    """{CRD name: the versions the bundle's objects use} for the kinds GKE installs; a kind
-    neither built in, nor bundled, nor known is refused before any call."""
-    bundled = {(c.get("spec", {}).get("group"), c.get("spec", {}).get("names", {}).get("kind"))
-               for c in docs if _is_crd(c)}
-    out: dict[str, set[str]] = {}
-    for doc in docs:
-        group, kind = _group(doc), str(doc.get("kind"))
-        if group in BUILTIN_GROUPS or (group, kind) in bundled:
-            continue
-        name = CRD_OF_KIND.get((group, kind))
-        if name is None:
-            raise KubectlError(f"the bundle holds a {kind} ({doc.get('apiVersion')}), a kind no "
-                               "add-on of the fleet's cluster installs and the bundle does not "
-                               "define", 2)
-        out.setdefault(name, set()).add(str(doc["apiVersion"]).rpartition("/")[2])
-    return out
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -367,7 +196,7 @@ def gateway_missing(gw: dict[str, Any] | None, ns: str, name: str) -> str | None
 
 
 def _api(cluster: Cluster) -> Any:
-    from tpuserve.ops import kube
+    from tpuserve.gcp import kube
 
     try:
         return kube.connect_file(cluster.kubeconfig, deadline=cluster.deadline)
@@ -379,7 +208,7 @@ def _poll(cluster: Cluster, api: Any, checks: list[Any], *, what: str,
           sleep: Any = time.sleep, poll_s: float = POLL_S) -> None:
     """Run CHECKS (each: api -> a line of what is missing, or None) until none is missing or
     the apply's deadline passes; then fail in one line naming what is still missing."""
-    from tpuserve.ops.errors import OpsError
+    from tpuserve.ops_error import OpsError
 
     assert cluster.deadline is not None
     while True:
@@ -403,10 +232,10 @@ def apply(cluster: Cluster, bundle: str, *, bound_s: float = APPLY_BOUND_S,
     and every Gateway Programmed. All of it within BOUND_S; a bundle of built-in kinds only,
     with nothing to wait for, goes in one call as is."""
     docs = split_documents(bundle)
-    crds = [d for d in docs if _is_crd(d)]
+    crds = [d for d in docs if is_crd(d)]
     needed = needed_crds(docs)
-    custom = [d for d in docs if not _is_crd(d) and _group(d) not in BUILTIN_GROUPS]
-    plain = [d for d in docs if not _is_crd(d) and _group(d) in BUILTIN_GROUPS]
+    custom = [d for d in docs if not is_crd(d) and group_of(d) not in BUILTIN_GROUPS]
+    plain = [d for d in docs if not is_crd(d) and group_of(d) in BUILTIN_GROUPS]
     deployments = [(d["metadata"].get("namespace", "default"), d["metadata"]["name"])
                    for d in plain if d.get("kind") == "Deployment"]
     waits = [k for k in deployments if k in WAIT_DEPLOYMENTS]
@@ -446,37 +275,3 @@ def delete(cluster: Cluster, bundle: str) -> None:
         for phase in delete_phases(docs):
             cluster.kubectl_run(DELETE, dump(phase))
     print(f"tpuserve: deleted the bundle's {len(docs)} objects from {cluster.name}", flush=True)
-
-
-# ----------------------------------------------------------------------------- entry point
-
-
-def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    env = os.environ if environ is None else environ
-    parser = argparse.ArgumentParser(prog="python -m tpuserve.kubectl")
-    parser.add_argument("action", choices=("apply", "delete", "preflight"))
-    parser.add_argument("--project", default=env.get(ENV_PROJECT, ""))
-    parser.add_argument("--location", default=env.get(ENV_LOCATION, ""),
-                        help="the cluster's zone")
-    parser.add_argument("--cluster", default=env.get(ENV_CLUSTER, ""))
-    parser.add_argument("--image", default=env.get(ENV_IMAGE))
-    parser.add_argument("--bundle-file")
-    args = parser.parse_args(argv)
-    try:
-        if args.action == "preflight":
-            print(preflight(sys.stdin.read()), flush=True)
-            return 0
-        if args.action == "apply":
-            check_image(args.image)  # before anything else: no call with a wrong image
-        bundle = read_bundle(args.bundle_file, env)
-        if args.action == "apply" and PLACEHOLDER_DIGEST in bundle:
-            raise KubectlError(placeholder_line(bundle), 2)
-        cluster = Cluster(args.project, args.location, args.cluster, env)
-        (apply if args.action == "apply" else delete)(cluster, bundle)
-    except KubectlError as exc:
-        print(f"tpuserve: {exc}", file=sys.stderr, flush=True)
-        return exc.code
-    except KeyboardInterrupt:
-        print("tpuserve: interrupted", file=sys.stderr, flush=True)
-        return 130
-    return 0

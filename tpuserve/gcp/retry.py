@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-TIME_SCALE_ENV = "TPUSERVE_TIME_SCALE"  # tests: multiplies every retry pause (as in the boot)
+from tpuserve.contracts import TIME_SCALE_ENV
+
 # The one list of transient answers (issue 11): throttling and Google-side errors. Both the
 # REST path (GoogleApi) and the google-cloud-tpu node path (tpuserve.gcp.tpu.nodes) use it.
 TRANSIENT_CODES = frozenset({429, 500, 502, 503, 504})

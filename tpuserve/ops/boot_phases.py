@@ -1,7 +1,7 @@
 """Boot progress as the boot script records it in guest attributes (templates/boot/).
 
-Namespace facts.GUEST_ATTRIBUTE_NAMESPACE; the keys the script writes are
-render/node_metadata.GUEST_ATTRIBUTE_KEYS. Every value is "<UTC ISO-8601 time> <words>". `boot`
+Namespace contracts.GUEST_ATTRIBUTE_NAMESPACE; the keys the script writes are
+contracts.GUEST_ATTRIBUTE_KEYS. Every value is "<UTC ISO-8601 time> <words>". `boot`
 is written first on every boot, so a key older than it belongs to an earlier boot and is ignored.
 `state` is `booting | waiting <why> | ready | failed <reason>`; `guard` carries the billing
 guard's `deadline=<UTC time>`.
@@ -14,8 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
-from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS
+from tpuserve.contracts import GUEST_ATTRIBUTE_KEYS, GUEST_ATTRIBUTE_NAMESPACE
 
 NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
 # How the CLI names each phase. Not phases: `state` (read apart) and `tls` (the certificate).

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tpuserve.gcp import kube
 from tpuserve.render.fleet_bundle import DEPLOYMENT, EPP, GATEWAY, NAMESPACE
 from tpuserve.settings import Deployment
 
-from . import kube
 from .errors import EXIT_USAGE, OpsError, one_line
 from .kube_fields import as_int as _int
 from .kube_fields import dig as _d

@@ -1,7 +1,7 @@
 """The fleet stack as the CLI sees it: replicas, the autoscaler, the Gateway, each pod's state.
 
 The VM stacks are found through the TPU API (a node, its external IP, a pinned certificate);
-the fleet through its cluster's API (tpuserve.ops.kube) and the Gateway's address. What the
+the fleet through its cluster's API (tpuserve.gcp.kube) and the Gateway's address. What the
 fleet's objects say is read by tpuserve.ops.fleet_pods (each pod's state and why),
 fleet_autoscaler (the HPA) and fleet_gateway (the Gateway, the endpoint picker, the endpoint);
 `tpuserve wait fleet` is tpuserve.ops.fleet_wait.
@@ -15,10 +15,11 @@ from typing import Any
 
 import httpx
 
+from tpuserve.gcp import kube
 from tpuserve.render.fleet_bundle import DEPLOYMENT, EPP, GATEWAY, HPA, NAMESPACE
 from tpuserve.settings import Deployment
 
-from . import kube, server
+from . import server
 from .errors import OpsError
 from .fleet_autoscaler import HpaView, MetricView, hpa_view
 from .fleet_gateway import (

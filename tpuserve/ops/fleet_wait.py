@@ -10,10 +10,11 @@ from typing import Any
 
 import httpx
 
+from tpuserve.gcp import kube
 from tpuserve.render.fleet_bundle import DEPLOYMENT, NAMESPACE
 from tpuserve.settings import Deployment
 
-from . import kube, server
+from . import server
 from .bounded_http import within
 from .errors import EXIT_TIMEOUT, OpsError
 from .fleet_gateway import gateway_not_serving, picker_problem, picker_view

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpuserve.contracts import GA_SECRET
 from tpuserve.settings import Deployment
 
 from .boot_phases import NAMESPACE
@@ -103,7 +104,7 @@ def wait_for_prefix(
                            "secret's latest version: the next boot uses it)",
                            exit_code=EXIT_FAILED)
         attrs = tpu.guest_attributes(d, NAMESPACE) if node.state == "READY" else {}
-        value = attrs.get("secret", "")
+        value = attrs.get(GA_SECRET, "")
         last = value or last
         if reported_prefix(value) == prefix:
             return clock() - start, value.partition(" ")[2]

@@ -23,9 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tpuserve.contracts import GA_RECONVERGE
+
 from .boot_phases import parse_time
 
-KEY = "reconverge"
+KEY = GA_RECONVERGE
 STATES = ("watching", "changed", "retrying", "applied", "failed")
 FINAL_STATES = frozenset({"applied", "failed"})
 _SHA = re.compile(r"sha256=([0-9a-f]{64}|none)")

@@ -21,13 +21,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpuserve.contracts import GA_CONFIG, GA_RECONVERGE
+
 from .boot_phases import parse_time
 
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
 
-CONFIG_KEY = "config"
-RECONVERGE_KEY = "reconverge"
+CONFIG_KEY = GA_CONFIG
+RECONVERGE_KEY = GA_RECONVERGE
 _SHA = re.compile(r"\b(?:argv_|config_)?sha256=([0-9a-f]{8,64})\b")
 
 

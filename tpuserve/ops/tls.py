@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tpuserve.bounded_call import within
-from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE as NAMESPACE
+from tpuserve.contracts import GA_TLS
+from tpuserve.contracts import GUEST_ATTRIBUTE_NAMESPACE as NAMESPACE
 
 from .boot_phases import parse_time
 from .errors import EXIT_USAGE, OpsError, one_line
@@ -36,7 +37,7 @@ from .server import Pin, ServerTarget
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
 
-TLS_ATTRIBUTE = "tls"  # the key in the boot's guest-attribute namespace
+TLS_ATTRIBUTE = GA_TLS  # the key in the boot's guest-attribute namespace
 CONNECT_TIMEOUT_S = 10.0
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 

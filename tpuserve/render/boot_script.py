@@ -13,10 +13,11 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from tpuserve.facts import COLD_START_S, GUEST_ATTRIBUTE_NAMESPACE, WARM_START_S
+from tpuserve.contracts import GUEST_ATTRIBUTE_KEYS as GUEST_ATTRIBUTE_KEYS
+from tpuserve.contracts import GUEST_ATTRIBUTE_NAMESPACE
+from tpuserve.facts import COLD_START_S, WARM_START_S
 from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render import collector_conf
-from tpuserve.render.node_metadata import GUEST_ATTRIBUTE_KEYS as GUEST_ATTRIBUTE_KEYS
 from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
 from tpuserve.render.templates import environment
 from tpuserve.render.vllm_args import (

@@ -22,6 +22,14 @@ import posixpath
 import re
 from typing import TYPE_CHECKING, Any
 
+from tpuserve.contracts import (
+    ADAPTER_DEPLOYMENT,
+    EPP_DEPLOYMENT,
+    FLEET_NAMESPACE,
+    HEALTH_CHECK_RANGES,
+    VLLM_DEPLOYMENT,
+)
+from tpuserve.contracts import FLEET_MACHINE_TYPE as MACHINE_TYPE
 from tpuserve.facts import COLD_START_S
 from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render.boot_script import (
@@ -47,8 +55,8 @@ if TYPE_CHECKING:
     from tpuserve.settings import Deployment
 
 # Names every consumer shares.
-NAMESPACE = "tpuserve"
-DEPLOYMENT = "vllm"          # the vLLM Deployment (its pods: label app=vllm)
+NAMESPACE = FLEET_NAMESPACE
+DEPLOYMENT = VLLM_DEPLOYMENT  # the vLLM Deployment (its pods: label app=vllm)
 SERVICE = "vllm"
 HPA = "vllm"
 KSA = "vllm"                 # the pods' Kubernetes service account (Workload Identity)
@@ -60,14 +68,13 @@ WEIGHTS_JOB = "stage-weights"
 # More shared names (the stack's node pools and IAM bindings use them).
 COMPUTE_CLASS = "tpuserve-v5e"
 NODE_POOLS = {"flex": "tpu-flex", "spot": "tpu-spot", "ondemand": "tpu-ondemand"}
-MACHINE_TYPE = "ct5lp-hightpu-1t"          # one v5e chip (1x1)
 TPU_ACCELERATOR = "tpu-v5-lite-podslice"
 TPU_TOPOLOGY = "1x1"
 SECRET_CLASSES = {"hf": "hf-token", "key": "api-key"}  # SecretProviderClass names
 HELPER_CONFIGMAP = "tpuserve-fleet"
 INFERENCE_POOL = "vllm"
-EPP = "vllm-epp"
-EPP_LABEL = {"app": "vllm-epp"}
+EPP = EPP_DEPLOYMENT
+EPP_LABEL = {"app": EPP}
 EPP_PORT = 9002
 # The picker's args: kubernetes-sigs/gateway-api-inference-extension v1.5.0 (commit df9f8909fe06),
 # config/charts/inferencepool with its default values, rendered by epplib/templates/
@@ -76,14 +83,10 @@ EPP_PORT = 9002
 # gone), so v1.5.0 is the last release whose chart and image go together.
 EPP_CHART_FLAGS_V = "1"
 # The adapter's Deployment in the vendored manifest, whose image the setting replaces.
-ADAPTER_NAMESPACE = "custom-metrics"
-ADAPTER_DEPLOYMENT = "custom-metrics-stackdriver-adapter"
 UPSTREAM_FLAGS = TEMPLATE_DIR / "fleet" / "vendor" / "upstream_flags.json"
 METRIC_QUEUE = "prometheus.googleapis.com|vllm:num_requests_waiting|gauge"
 GATEWAY_CLASS = "gke-l7-regional-external-managed"
 BACKENDS = ("inferencepool", "service")
-# Google's health-check prober ranges (the load balancer's checks of /health on PROXY_PORT).
-HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 # Kubernetes' own bounds on HPA behavior fields.
 HPA_MAX_PERIOD_S = 1800
 HPA_MAX_WINDOW_S = 3600

@@ -1,21 +1,14 @@
 """The TPU node's metadata, shared by the VM stacks and the flex queued-resource body.
 
-Kept free of imports: the Terraform provisioners import it on every call.
+Kept free of imports but the contracts: the Terraform provisioners import it on every call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-# The guest attributes the boot script writes (namespace facts.GUEST_ATTRIBUTE_NAMESPACE), in
-# the order a boot first writes them; their values: the script's header. The one list: the
-# renderer and its tests, and the CLI's reader (ops/boot_phases.py), take it from here.
-# `reconverge` is the watcher's (the script re-run in place when metadata changes), not a boot's.
-GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
-    "boot", "state", "secret", "tls", "image", "cache", "container", "config", "bypass_check",
-    "metrics", "memory", "kv_cache", "startup_complete", "health", "cache_publish",
-    "reconverge",
-)
+# The guest attributes the boot script writes: a contract with the CLI's reader.
+from tpuserve.contracts import GUEST_ATTRIBUTE_KEYS as GUEST_ATTRIBUTE_KEYS
 
 
 def node_metadata(

@@ -1,7 +1,8 @@
 """The flex-start queued resource's request body (TPU API v2alpha1), built and checked.
 
 Pure: config in, dict out, no I/O. The flex stack hands the body to Terraform, and the
-provisioner (tpuserve.gcp.provisioner) posts it; both build it here, so they cannot drift.
+provisioner (`python -m tpuserve.queued_resource`) posts it; both build it here, so they cannot
+drift.
 The generation label is added at create time (`with_generation`): only the plan knows it.
 """
 

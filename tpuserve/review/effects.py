@@ -32,16 +32,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpuserve import contracts
 from tpuserve.facts import COLD_START_S, WARM_START_S
 
 from .model import Compile, ResourceChange, ServerEffect, Status
 from .revision_facts import StackFacts
 
-NODE_TYPE = "google_tpu_v2_vm"
-QUEUED_RESOURCE = "terraform_data.queued_resource"
-NODE_METADATA = "terraform_data.node_metadata"
-BILLING_GUARD = "terraform_data.billing_guard"
-K8S_BUNDLE = "terraform_data.k8s_bundle"  # the fleet's Kubernetes objects (k8s_objects)
+NODE_TYPE = contracts.TPU_NODE_TYPE
+QUEUED_RESOURCE = contracts.data_address(contracts.QUEUED_RESOURCE_ID)
+NODE_METADATA = contracts.data_address(contracts.NODE_METADATA_ID)
+BILLING_GUARD = contracts.data_address(contracts.BILLING_GUARD_ID)
+# the fleet's Kubernetes objects (k8s_objects)
+K8S_BUNDLE = contracts.data_address(contracts.K8S_BUNDLE_ID)
 # google_tpu_v2_vm fields Terraform updates in place (the provider's update mask); every other
 # configurable field is ForceNew. Terraform meta-arguments change nothing on the node.
 IN_PLACE_FIELDS = frozenset({"description", "data_disks", "metadata", "tags", "labels"})

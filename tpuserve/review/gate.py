@@ -31,6 +31,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tpuserve.contracts import PLAN_GATE
+
 ALLOWED_TOP = frozenset({"//", "terraform", "provider", "resource", "data", "output"})
 # cdktf writes stack directories with these names; anything else is not a stack.
 STACK_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
@@ -223,7 +225,7 @@ def gate(base_out: Path, pr_out: Path, gated_out: Path, reports: Path) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tpuserve.plan_gate", description=__doc__
+    parser = argparse.ArgumentParser(prog=PLAN_GATE.prog, description=__doc__
                                      .split("\n", 1)[0])
     parser.add_argument("base_out", type=Path, help="the base branch's cdktf.out")
     parser.add_argument("pr_out", type=Path, help="the pull request's cdktf.out (untrusted)")

@@ -25,16 +25,17 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from tpuserve import contracts
 from tpuserve.facts import COLD_START_S, WARM_START_S
 
 from .model import Action, Compile, ObjectChange, ServerEffect
 
-BUNDLE_RESOURCE = "terraform_data.k8s_bundle"
+BUNDLE_RESOURCE = contracts.data_address(contracts.K8S_BUNDLE_ID)
 CACHE_KEY_ANNOTATION = "tpuserve/cache-object"
-# The vLLM Deployment (tpuserve.render.fleet_bundle.NAMESPACE / DEPLOYMENT; not imported: the
-# renderer pulls the settings in).
-VLLM_NAMESPACE = "tpuserve"
-VLLM_DEPLOYMENT = "vllm"
+# The vLLM Deployment (the renderer's names, from the contracts: the renderer itself pulls the
+# settings in).
+VLLM_NAMESPACE = contracts.FLEET_NAMESPACE
+VLLM_DEPLOYMENT = contracts.VLLM_DEPLOYMENT
 MAX_BUNDLE_BYTES = 2 << 20  # the rendered bundle is tens of KB
 MAX_NODES = 200_000  # values walked per revision: an alias bomb stops here
 MAX_PATHS = 40  # changed paths listed per object
@@ -55,7 +56,8 @@ def unescape(text: str) -> str:
 def bundle_text(doc: Mapping[str, Any] | None) -> str | None:
     """The stack's bundle as rendered, or None when the stack has none."""
     try:
-        body = doc["resource"]["terraform_data"]["k8s_bundle"]  # type: ignore[index]
+        resources = doc["resource"][contracts.DATA_RESOURCE]  # type: ignore[index]
+        body = resources[contracts.K8S_BUNDLE_ID]
         value = body["input"]["bundle"]
     except (KeyError, TypeError, IndexError):
         return None

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tpuserve.contracts import CDK_IMPORT_ENV
 from tpuserve.paths import REPO_ROOT
 
 from .gate import unique_keys
@@ -25,7 +26,7 @@ SYNTH_TIMEOUT_S = 600.0
 # Variables the synth subprocess may see; nothing else (no tokens, no cloud credentials, no
 # HOME, USER or agent sockets): an allow-list, so a new credential variable is dropped too.
 _PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TPUSERVE_PROJECT", "TPUSERVE_ZONE",
-             "TPUSERVE_CDK_IMPORT", "JSII_RUNTIME", "JSII_RUNTIME_PACKAGE_CACHE")
+             CDK_IMPORT_ENV, "JSII_RUNTIME", "JSII_RUNTIME_PACKAGE_CACHE")
 # What synth runs by name: node (jsii) and terraform (cdktf's `terraform version` check); sh
 # and the coreutils live in the system directories.
 _SYNTH_PROGRAMS = ("node", "terraform")

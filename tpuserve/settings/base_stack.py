@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
 
 BASE_STACK = "base"
@@ -147,4 +148,4 @@ class Base:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {"deployment": self.deployment, "managed-by": "tpuserve"}
+        return {DEPLOYMENT_LABEL: self.deployment, MANAGED_BY_LABEL: MANAGED_BY}

@@ -11,6 +11,7 @@ from pydantic import (
     model_validator,
 )
 
+from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
 from tpuserve.facts import FLEX_ZONES_BAD, FLEX_ZONES_GOOD
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, spec_error
@@ -185,11 +186,11 @@ class Deployment(StrictModel):
     @property
     def labels(self) -> dict[str, str]:
         return {
-            "stack": self.name,
+            STACK_LABEL: self.name,
             "model": re.sub(r"[^a-z0-9_-]", "-", self.vllm.model.lower())[:63],
             "provisioning-model": self.stack.provisioning_model,
-            "managed-by": "tpuserve",
-            "deployment": self.gcp.deployment,
+            MANAGED_BY_LABEL: MANAGED_BY,
+            DEPLOYMENT_LABEL: self.gcp.deployment,
         }
 
 

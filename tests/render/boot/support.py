@@ -38,7 +38,7 @@ from tests.fakes.storage import FakeStorage, StorageCall
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.nginx_support import NGINX
 from tests.ports import free_port
-from tpuserve.facts import GUEST_ATTRIBUTE_NAMESPACE
+from tpuserve.contracts import GUEST_ATTRIBUTE_NAMESPACE
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render.boot_script import CACHE_OBJECT_PREFIX, render_startup, startup_context
 from tpuserve.settings import Deployment, load

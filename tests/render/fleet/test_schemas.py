@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 
 from tests.render.fleet.conftest import fleet_deployment
-from tpuserve.gcp.fleet_check import MIN_MASTER_VERSION
+from tpuserve.contracts import MIN_MASTER_VERSION
 from tpuserve.paths import REPO_ROOT
 from tpuserve.render import fleet_bundle as fb
 

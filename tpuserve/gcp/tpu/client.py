@@ -22,6 +22,7 @@ from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import CREATE_TRANSIENT_CODES, RetryPolicy
 from tpuserve.gcp.tpu.nodes import NodeCalls, make_client
+from tpuserve.gcp.tpu.qr_waits import QueuedResourceWaits, failed_op, no_progress
 from tpuserve.gcp.tpu.queued_resources import (
     ACCEPTED_OR_LATER,
     ALIVE_STATES,
@@ -29,6 +30,7 @@ from tpuserve.gcp.tpu.queued_resources import (
     DEAD_STATES,
     KNOWN_STATES,
     MISSING,
+    QR_PROG,
     UNREADABLE,
     CreateResult,
     Progress,
@@ -56,26 +58,11 @@ CLEANUP_TIMEOUT_S = 600.0
 # after the refusal, says whether waiting helps (issue 11).
 DELETE_REFUSAL_CODES = frozenset({400, 409, 412})
 
-Settled = Callable[[QueuedResource | None, str, Mapping[str, Any]], bool]
-"""A wait's verdict on one read (QR or None, its state, the operation): True ends the wait;
-raising ends it with that error; False polls again."""
-
-
 class _Definitive(Exception):
     """A create's definitive failure (FAILED, or the spec refused): what it made is removed."""
 
     def __init__(self, error: Exception) -> None:
         self.error = error
-
-
-def _no_progress(state: str, elapsed: float) -> None:
-    return None
-
-
-def _failed_op(op: Mapping[str, Any], action: str) -> ApiError | None:
-    if op.get("done") and isinstance(op.get("error"), dict):
-        return ApiError.from_status(op["error"], action=action, service="tpu")
-    return None
 
 
 def _not_a_tpu_queued_resource(data: Mapping[str, Any]) -> str | None:
@@ -99,7 +86,7 @@ def _not_a_tpu_queued_resource(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-class TpuClient(NodeCalls, GoogleApi):
+class TpuClient(NodeCalls, QueuedResourceWaits, GoogleApi):
     """TPU API calls: queued resources (REST v2alpha1) and nodes (google-cloud-tpu)."""
 
     def __init__(
@@ -152,70 +139,6 @@ class TpuClient(NodeCalls, GoogleApi):
         with self.deadline_within(timeout) as start:
             yield start
 
-    def _poll(self, ref: QueuedResourceRef) -> tuple[QueuedResource | None, str]:
-        """One read of the QR for a wait loop: (QR or None, state). A read whose transient
-        errors outlasted their retries is UNREADABLE, not a verdict: the loop polls again."""
-        try:
-            qr = self.get_queued_resource(ref)
-        except ApiError as exc:
-            if not self.policy.is_transient(exc.code):
-                raise
-            return None, f"{UNREADABLE} ({exc.code} {exc.status})"
-        return qr, qr.state if qr else MISSING
-
-    def _out_of_time(self, start: float, timeout: float) -> bool:
-        """No time left for another read: the wait's own timeout is spent, or the command's
-        deadline is nearer than a retry may start (RetryPolicy.min_try_s): a read begun now
-        would be cut, and its cut would hide what the last read said."""
-        return self.clock() - start >= timeout or self.call_budget() <= self.policy.min_try_s
-
-    def _pause(self, elapsed: float, timeout: float) -> None:
-        """One poll interval, never past the timeout."""
-        self.sleep(min(self.poll_interval, max(0.0, timeout - elapsed)))
-
-    def _poll_until(
-        self, ref: QueuedResourceRef, settled: Settled, *, timeout: float,
-        progress: Progress, operation: Mapping[str, Any],
-        timed_out: Callable[[str, float], Exception],
-        before_read: Callable[[Mapping[str, Any]], None] | None = None,
-    ) -> QueuedResource | None:
-        """The one wait loop: read the QR every poll interval and report its state until
-        `settled` says so, following `operation` (e.g. the create's) meanwhile.
-
-        `before_read` may end the wait on the operation alone, before the next read (a create
-        whose operation failed need not look); otherwise `settled` judges the operation after
-        the read (a delete: a QR that is gone is gone, whatever its operation says).
-        """
-        start = self.clock()
-        op = dict(operation)
-        while True:
-            if before_read is not None:
-                before_read(op)
-            qr, state = self._poll(ref)
-            elapsed = self.clock() - start
-            progress(state, elapsed)
-            if settled(qr, state, op):
-                return qr
-            if elapsed >= timeout:
-                raise timed_out(state, elapsed)
-            self._pause(elapsed, timeout)
-            if self._out_of_time(start, timeout):
-                raise timed_out(state, self.clock() - start)
-            if op.get("name") and not op.get("done"):
-                op = self._poll_operation(op)
-
-    def _poll_operation(self, op: Mapping[str, Any]) -> dict[str, Any]:
-        """The operation's next state; the last one known while reads fail transiently."""
-        try:
-            return self.get_operation(str(op["name"]))
-        except ApiError as exc:
-            if not self.policy.is_transient(exc.code):
-                raise
-            return dict(op)
-
-    def get_operation(self, name: str) -> dict[str, Any]:
-        return self.request("GET", f"{API_VERSION}/{name}", action=f"get operation {name}")
-
     def create_queued_resource(
         self, ref: QueuedResourceRef, body: Mapping[str, Any], *,
         timeout: float = ACCEPT_TIMEOUT_S, on_progress: Progress | None = None,
@@ -232,7 +155,7 @@ class TpuClient(NodeCalls, GoogleApi):
         timeout, reads that keep failing) leaves it, and the error says how to resume.
         """
         body = check_body(ref.parent, dict(body))
-        progress = on_progress or _no_progress
+        progress = on_progress or no_progress
         with self._command(timeout) as start:
             existing = self.get_queued_resource(ref)
             if existing is not None and existing.state not in KNOWN_STATES:
@@ -279,7 +202,7 @@ class TpuClient(NodeCalls, GoogleApi):
                     exc.add_note(
                         f"the queued resource {ref.name} was left in place (it keeps its place "
                         "in the queue): deploy again (cdktf deploy flex) to adopt it, or delete "
-                        f"it with `python -m tpuserve.queued_resource delete --name {ref.name}`"
+                        f"it with `{QR_PROG} delete --name {ref.name}`"
                     )
                 raise
         return CreateResult(qr, adopted=existing is not None)
@@ -296,7 +219,7 @@ class TpuClient(NodeCalls, GoogleApi):
         except (ApiError, QueuedResourceError) as cleanup:
             exc.add_note(
                 f"removing the queued resource this create made failed too ({cleanup}): delete "
-                f"it with `python -m tpuserve.queued_resource delete --name {ref.name}`"
+                f"it with `{QR_PROG} delete --name {ref.name}`"
             )
 
     def delete_queued_resource(
@@ -313,7 +236,7 @@ class TpuClient(NodeCalls, GoogleApi):
         A QR read in one of the `spare` states just before a delete request (e.g. one that
         got capacity meanwhile: PROVISIONING, ACTIVE) is not deleted: Spared is raised.
         """
-        progress = on_progress or _no_progress
+        progress = on_progress or no_progress
 
         def still_provisioning(elapsed: float) -> WaitTimeout:
             return WaitTimeout(
@@ -384,58 +307,11 @@ class TpuClient(NodeCalls, GoogleApi):
                                 on_progress=progress, operation=op)
         return True
 
-    def _unreadable_pause(self, ref: QueuedResourceRef, elapsed: float, timeout: float) -> None:
-        """In a delete's wait: past `timeout` a WaitTimeout, else one poll interval."""
-        if elapsed >= timeout:
-            raise WaitTimeout(
-                f"queued resource {ref.name} could not be read for {elapsed:.0f} s (transient "
-                "API errors) -> run the delete again (cdktf destroy flex)"
-            )
-        self._pause(elapsed, timeout)
-
-    def wait_for_state(
-        self, ref: QueuedResourceRef, targets: Collection[str], *, timeout: float,
-        fail_states: Collection[str] | None = None, on_progress: Progress | None = None,
-        operation: Mapping[str, Any] | None = None,
-    ) -> QueuedResource | None:
-        """Poll until the QR's state is in `targets` (MISSING = gone); return it (None if gone).
-
-        `fail_states` (default: the dead states, and MISSING unless targeted) raise at once.
-        A done `operation` with an error raises it. Reads that fail transiently (after their
-        own retries) are polled again until `timeout`.
-        """
-        fails = (DEAD_STATES | ({MISSING} - set(targets)) if fail_states is None
-                 else fail_states)
-        wanted = "/".join(sorted(targets))
-
-        def settled(qr: QueuedResource | None, state: str, op: Mapping[str, Any]) -> bool:
-            if state in targets:
-                return True
-            if state in fails:
-                raise QueuedResourceError(
-                    dead_message(qr) if qr else f"queued resource {ref.name} disappeared "
-                    f"while waiting for {wanted}"
-                )
-            failed = _failed_op(op, f"wait for queued resource {ref.name}")
-            if failed is not None:
-                raise failed
-            return False
-
-        def timed_out(state: str, elapsed: float) -> Exception:
-            return WaitTimeout(
-                f"queued resource {ref.name} is {state} after {elapsed:.0f} s, not {wanted} "
-                "-> wait longer, or check it with `python -m tpuserve.queued_resource describe`"
-            )
-
-        return self._poll_until(ref, settled, timeout=timeout,
-                                progress=on_progress or _no_progress,
-                                operation=operation or {}, timed_out=timed_out)
-
     def _wait_accepted(
         self, ref: QueuedResourceRef, op: Mapping[str, Any], timeout: float, progress: Progress
     ) -> QueuedResource:
         def before_read(op: Mapping[str, Any]) -> None:
-            failed = _failed_op(op, f"create queued resource {ref.name}")
+            failed = failed_op(op, f"create queued resource {ref.name}")
             if failed is not None:
                 raise _Definitive(failed)
 
@@ -447,8 +323,8 @@ class TpuClient(NodeCalls, GoogleApi):
         def timed_out(state: str, elapsed: float) -> Exception:
             return WaitTimeout(
                 f"queued resource {ref.name} is {state} after {elapsed:.0f} s, not "
-                "ACCEPTED yet -> check it with `python -m tpuserve.queued_resource "
-                "describe`, then deploy again (create is idempotent)"
+                f"ACCEPTED yet -> check it with `{QR_PROG} describe`, then deploy again "
+                "(create is idempotent)"
             )
 
         qr = self._poll_until(ref, settled, timeout=timeout, progress=progress, operation=op,

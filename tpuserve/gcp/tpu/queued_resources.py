@@ -8,10 +8,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpuserve.contracts import QUEUED_RESOURCE
 from tpuserve.render.queued_resource_body import GENERATION_LABEL
 
 if TYPE_CHECKING:  # the provisioner path must not pay for pydantic
     from tpuserve.settings import Deployment
+
+QR_PROG = QUEUED_RESOURCE.prog  # the provisioners' command, as a hint names it
 
 API_VERSION = "v2alpha1"  # the only version with provisioningModel / runDuration (issue 3)
 MISSING = "MISSING"  # pseudo-state: the QR does not exist
@@ -51,7 +54,7 @@ class UnknownState(QueuedResourceError):
     def __init__(self, qr: QueuedResource) -> None:
         super().__init__(
             f"queued resource {qr.name} reports state {qr.state} (unknown): it is left alone "
-            "-> check it with `python -m tpuserve.queued_resource describe`, and retry once it "
+            f"-> check it with `{QR_PROG} describe`, and retry once it "
             "reports a known state"
         )
 
@@ -72,7 +75,7 @@ class SpecMismatch(QueuedResourceError):
         self.differences = differences
         super().__init__(
             f"queued resource {name} exists with a different spec: {'; '.join(differences)} "
-            "-> delete it (python -m tpuserve.queued_resource delete --name NAME) or redeploy "
+            f"-> delete it ({QR_PROG} delete --name NAME) or redeploy "
             "with its settings"
         )
 

@@ -2,7 +2,9 @@
 
 The official `kubernetes` client loads the kubeconfig (KUBECONFIG, else ~/.kube/config) and the
 context `gcloud container clusters get-credentials` writes, `gke_<project>_<zone>_<cluster>`;
-it is imported only here, so only the fleet's commands pay for it (~0.6 s).
+it is imported only here, so only the fleet's commands pay for it (~0.6 s). It lives beside
+the Google API edge (tpuserve.gcp.api), below the operations that read through it: the
+fleet's status, wait and endpoint, and the fleet stack's apply step (tpuserve.gcp.kubectl).
 
 An API server is a peer like any other (bounded_http): every call carries `_request_timeout`
 (connect, read), runs within one overall deadline, reads at most MAX_BYTES of any answer (the
@@ -20,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .bounded_http import within
-from .errors import OpsError, one_line
+from tpuserve.bounded_call import within
+from tpuserve.ops_error import OpsError, one_line
 
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
