@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from tpuserve.gcp.api import GoogleApi
 from tpuserve.gcp.errors import ApiError
+from tpuserve.kinds import POOL_MODELS
 
 PROG = "python -m tpuserve.fleet_check"
 ENV_FORCE = "TPUSERVE_FLEET_FORCE"
@@ -72,7 +73,7 @@ REQUIRED_KEYS = ("project", "region", "zone", "cluster", "release_channel",
                  "min_master_version", "machine_type", "provisioning", "min_replicas",
                  "max_replicas", "apis")
 CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
-MODELS = ("flex", "spot", "ondemand")
+MODELS = POOL_MODELS  # flex, spot, ondemand (tpuserve/kinds)
 _PROJECT_RE = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
 _REGION_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+")
 _ZONE_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+-[a-z]")

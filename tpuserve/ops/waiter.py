@@ -112,7 +112,7 @@ def wait_for_stack(
     sleep: Callable[[float], None] = time.sleep,
 ) -> WaitResult:
     name = d.name
-    flex = d.stack.provisioning_model == "flex"
+    flex = d.kind.queued_resource  # its node comes from a queued resource: one phase more
     start = clock()
     done: dict[str, float] = {}
     last: dict[str, str] = {}
