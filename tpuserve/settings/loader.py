@@ -97,16 +97,17 @@ def not_applicable(raw: Mapping[str, Any], d: Deployment) -> list[str]:
     """The keys of the stack's own table that its kind ignores: accepted (a config that worked
     keeps working), and named, so a setting that does nothing is not mistaken for one in force."""
     kind = d.kind
+    table = raw.get("stacks", {}).get(d.name, {})
+    why = f"does nothing for provisioning_model = {kind.provisioning_model!r}"
     out = []
     for key in d.stack.ignored:
         have = words(tuple(k.name for k in KINDS if key in k.stack_keys), "and")
-        out.append(f"stacks.{d.name}.{key}: does nothing in a {kind.title} stack (only {have} "
+        out.append(f"stacks.{d.name}.{key} = {shown(table.get(key))}: {why} (only the {have} "
                    "stacks have it); ignored")
-    table = raw.get("stacks", {}).get(d.name, {})
-    if not kind.on_gke and isinstance(table, Mapping) and "fleet" in table:
+    if not kind.on_gke and isinstance(table.get("fleet"), Mapping):
         gke = words(tuple(k.name for k in KINDS if k.on_gke), "and")
-        out.append(f"stacks.{d.name}.fleet: does nothing in a {kind.title} stack (only the "
-                   f"{gke} stack reads [fleet]); ignored")
+        out.append(f"stacks.{d.name}.fleet: {why} (only the {gke} stack reads [fleet]); "
+                   "ignored")
     return out
 
 
