@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import (
     Field,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -21,6 +22,7 @@ from tpuserve.facts import (
     PRICES_USD_PER_CHIP_HOUR,
 )
 from tpuserve.gcp.endpoints import psc_root
+from tpuserve.kinds import PRICE_KEYS
 from tpuserve.paths import DEFAULT_CONFIG
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import (
@@ -190,14 +192,10 @@ MAX_USD_PER_CHIP_HOUR = 100.0
 Price = Annotated[float, Field(gt=0, le=MAX_USD_PER_CHIP_HOUR)]
 
 
-class PricingSettings(StrictModel):
+class _Prices(StrictModel):
     """$/chip-hour: SPEC 2's us-west4 list prices (tpuserve/facts.py) unless [pricing] sets them."""
 
-    spot: Price = PRICES_USD_PER_CHIP_HOUR["spot"]
-    flex: Price = PRICES_USD_PER_CHIP_HOUR["flex"]
-    ondemand: Price = PRICES_USD_PER_CHIP_HOUR["ondemand"]
-
-    @field_validator("spot", "flex", "ondemand", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
     def _price(cls, v: object, info: ValidationInfo) -> object:
         if isinstance(v, int | float) and not isinstance(v, bool) and not (
@@ -210,6 +208,14 @@ class PricingSettings(StrictModel):
                 "per month or in cents, and every cost figure would be wrong",
             )
         return v
+
+
+# One key per priced kind (tpuserve/kinds), in facts.py's order (spot, flex, ondemand: the
+# order of every price table), defaulting to its measured list price.
+PricingSettings = create_model(
+    "PricingSettings", __base__=_Prices, __module__=__name__, __doc__=_Prices.__doc__,
+    **{k: (Price, v) for k, v in PRICES_USD_PER_CHIP_HOUR.items() if k in PRICE_KEYS},
+)
 
 
 class CacheSettings(StrictModel):
