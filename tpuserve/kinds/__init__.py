@@ -25,7 +25,7 @@ from tpuserve.kinds import synth_lines
 SummaryLine = Callable[["Kind", str, Mapping[str, Any], Mapping[str, Any]], "str | None"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per kind: compared by identity (`is`)
 class Kind:
     """One kind of serving stack."""
 
