@@ -41,6 +41,9 @@ def test_each_stack_holds_only_its_kinds_settings() -> None:
     assert not hasattr(found["spot"].stack, "max_run_duration")
     assert not hasattr(found["fleet"].stack, "max_run_hours")
     assert found["flex"].stack.max_run_seconds == 4 * 3600
+    # Only the fleet carries the [fleet] section (validated in every stack all the same).
+    assert {n: d.fleet is not None for n, d in found.items()} == {
+        "spot": False, "ondemand": False, "flex": False, "fleet": True}
     assert [d.kind for d in found.values()] == list(kinds.KINDS)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
     Field,
@@ -46,7 +46,9 @@ class Deployment(StrictModel):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     state: StateSettings = Field(default_factory=StateSettings)
-    fleet: FleetSettings = Field(default_factory=FleetSettings)  # the fleet stack's only
+    # Validated in every stack (the top-level [fleet] fails alike everywhere), kept only by a
+    # kind on GKE: None in the others (_fleet_section_is_the_fleets).
+    fleet: FleetSettings | None = Field(default_factory=FleetSettings)
     # The deployment's (the base holds it); every stack must agree on it (stacks/monitoring.py).
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
     # Its kind's own settings (settings/stack.py): a discriminated union on provisioning_model.
@@ -115,6 +117,12 @@ class Deployment(StrictModel):
                 f'not supported for accelerator type "{accel}"\'',
             )
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _fleet_section_is_the_fleets(cls, data: object, handler: Any) -> Deployment:
+        d: Deployment = handler(data)
+        return d if d.kind.on_gke or d.fleet is None else d.model_copy(update={"fleet": None})
 
     @property
     def base(self) -> Base:
