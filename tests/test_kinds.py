@@ -140,3 +140,17 @@ def test_the_registry_imports_nothing_of_the_project() -> None:
     assert {m for m in loaded if m.startswith("tpuserve")} <= {
         "tpuserve", "tpuserve.kinds", "tpuserve.kinds.synth_lines"}
     assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "typer", "httpx")}
+
+
+def test_ops_dispatch_on_the_kinds_capacity() -> None:
+    from tpuserve.ops import recovery
+    from tpuserve.ops.waiter import PHASE_QR, phases_of
+    from tpuserve.settings import load
+
+    found = {n: d for n, d in load(environ={}).deployments.items() if not d.kind.on_gke}
+    assert {n: PHASE_QR in phases_of(d) for n, d in found.items()} == {
+        "spot": False, "ondemand": False, "flex": True}
+    assert {n: recovery._capacity(d) for n, d in found.items()} == {
+        "spot": recovery.NODE, "ondemand": recovery.NODE, "flex": recovery.QUEUED_RESOURCE}
+    assert {n: d.has_billing_guard for n, d in found.items()} == {
+        "spot": True, "ondemand": True, "flex": False}
