@@ -9,12 +9,14 @@ TPUSERVE_TEARDOWN=<deployment> synthesizes the base without its deletion protect
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from tpuserve.contracts import TEARDOWN_ENV
+from tpuserve.kinds import Kind
 from tpuserve.settings import ConfigError, Deployment, load
 from tpuserve.settings.base_stack import Base
 
@@ -32,9 +34,6 @@ def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None, 
     """
     from stacks.base import BaseStack
     from stacks.cdk import App
-    from stacks.fleet import FleetStack
-    from stacks.flex import FlexStack
-    from stacks.tpu_vm import TpuVmStack
 
     app = App(outdir=outdir) if outdir else App()
     if base is None and deployments:
@@ -42,13 +41,14 @@ def build_app(deployments: Mapping[str, Deployment], outdir: str | None = None, 
     if base is not None:
         BaseStack(app, base, teardown=teardown)
     for d in deployments.values():
-        if d.is_fleet:
-            FleetStack(app, d)
-        elif d.stack.provisioning_model == "flex":
-            FlexStack(app, d)
-        else:
-            TpuVmStack(app, d)
+        stack_class(d.kind)(app, d)
     return app
+
+
+def stack_class(kind: Kind) -> Callable[[CdkApp, Deployment], object]:
+    """The stack class the kind names ("module:Class" under stacks/, tpuserve/kinds)."""
+    module, _, name = kind.stack_class.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def main() -> int:

@@ -47,6 +47,7 @@ from tpuserve.contracts import K8S_CLUSTER_ENV as ENV_CLUSTER
 from tpuserve.contracts import K8S_IMAGE_ENV as ENV_IMAGE
 from tpuserve.contracts import K8S_LOCATION_ENV as ENV_LOCATION
 from tpuserve.contracts import K8S_PROJECT_ENV as ENV_PROJECT
+from tpuserve.kinds import by_model
 from tpuserve.render import fleet_bundle
 from tpuserve.settings import Deployment
 
@@ -220,14 +221,15 @@ class FleetStack(ServingStack):
         f = d.fleet
         extra: dict[str, object] = {}
         repair = True
-        if model == "flex":
+        kind = by_model(model)  # the pool's capacity is its kind's (tpuserve/kinds)
+        if kind.flex_start:
             # GKE's flex-start for node pools: no reservation, no auto-repair (a repaired
             # node would be a new flex-start request), nodes live max_run_duration at most.
             extra = {"flex_start": True, "max_run_duration": f"{f.flex_max_run_seconds}s",
                      "reservation_affinity": GoogleContainerNodePoolNodeConfigReservationAffinity(
                          consume_reservation_type="NO_RESERVATION")}
             repair = False
-        elif model == "spot":
+        elif kind.spot:
             extra = {"spot": True}
         pool = GoogleContainerNodePool(
             self, f"tpu_pool_{model}",

@@ -52,7 +52,7 @@ class TpuVmStack(ServingStack):
             accelerator_type=d.tpu.accelerator_type,
             runtime_version=d.tpu.runtime_version,
             scheduling_config=GoogleTpuV2VmSchedulingConfig(
-                spot=d.stack.provisioning_model == "spot"
+                spot=d.kind.spot
             ),
             network_config=GoogleTpuV2VmNetworkConfig(
                 network=d.network_name, subnetwork=d.subnet_name,

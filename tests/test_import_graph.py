@@ -35,7 +35,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                "tpuserve.planner.geometry", "tpuserve.planner.arithmetic",
                "tpuserve.gcp.endpoints",
                # The names processes share, and the one-line error every layer raises.
-               "tpuserve.contracts", "tpuserve.ops_error")),
+               "tpuserve.contracts", "tpuserve.ops_error",
+               # The registry of serving kinds (names, capacity flags): the planner's
+               # arithmetic prices by it, so it sits this low.
+               "tpuserve.kinds")),
     ("settings", ("tpuserve.settings",)),
     ("planner", ("tpuserve.planner",)),
     # Pure renderers of the boot script, proxy conf, bundle and queued-resource body.
@@ -46,9 +49,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("review", ("tpuserve.review",)),
     ("cli", ("tpuserve.cli",)),
     # `python -m tpuserve[.X]`: what Terraform's steps, CI and users run; nothing imports them.
-    ("entry points", ("tpuserve.__main__", "tpuserve.entry_point", "tpuserve.base_check", "tpuserve.billing_guard",
-                      "tpuserve.fleet_check", "tpuserve.kubectl", "tpuserve.queued_resource",
-                      "tpuserve.plan_gate", "tpuserve.synth_summary")),
+    ("entry points", ("tpuserve.__main__", "tpuserve.entry_point", "tpuserve.base_check",
+                      "tpuserve.billing_guard", "tpuserve.fleet_check", "tpuserve.kubectl",
+                      "tpuserve.queued_resource", "tpuserve.plan_gate",
+                      "tpuserve.synth_summary")),
     # cdktf stacks stand on tpuserve; tpuserve never imports them.
     ("stacks", ("stacks",)),
     ("main", ("main",)),

@@ -45,7 +45,7 @@ def _walk(node: object) -> list[tuple[str, object]]:
 @pytest.fixture
 def serving(deployments: dict[str, Deployment]) -> dict[str, Deployment]:
     """The stacks that boot a VM (the fleet runs on GKE)."""
-    return {name: d for name, d in deployments.items() if not d.is_fleet}
+    return {name: d for name, d in deployments.items() if not d.kind.on_gke}
 
 
 def test_it_scrapes_only_vllm_on_loopback_every_15_s(serving: dict[str, Deployment]) -> None:

@@ -41,7 +41,7 @@ def test_the_defaults() -> None:
     assert d.fleet.flex_max_run_seconds == 7 * 86400
     # One replica in the first-choice pool; no billing guard (GKE's autoscaler owns nodes).
     assert d.usd_per_hour == PRICES_USD_PER_CHIP_HOUR["flex"]
-    assert d.is_fleet and not d.has_billing_guard
+    assert d.kind.on_gke and not d.has_billing_guard
 
 
 @pytest.mark.parametrize(("over", "words"), [

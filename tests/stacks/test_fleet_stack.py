@@ -239,7 +239,7 @@ def test_the_bundle_resources(fleet) -> None:
     deps = set(data["k8s_teardown"]["depends_on"])
     assert {"google_container_cluster.cluster", "google_compute_address.fleet_ip",
             "google_container_node_pool.tpu_pool_flex"} <= deps
-    assert d.is_fleet
+    assert d.kind.on_gke
 
 
 def test_the_stack_deploys_alone_and_holds_no_secret(fleet) -> None:

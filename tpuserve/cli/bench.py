@@ -52,7 +52,7 @@ def prices(d: Deployment | None) -> dict[str, float]:
     if d is None:
         return {}
     chips = d.tpu.chips
-    return {m: getattr(d.pricing, m) * chips for m in ("spot", "flex", "ondemand")}
+    return {m: getattr(d.pricing, m) * chips for m in type(d.pricing).model_fields}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -121,7 +121,7 @@ def bench(
     )
     overall = Deadline(deadline)  # the target's lookup (TPU API, certificate) included
     d = common.load_stack(stack) if stack and not endpoint else None
-    if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
+    if d is not None and d.kind.on_gke:  # the Gateway's address: plain HTTP or a public CA
         target = common.fleet_target(d, api_key, pinned=bool(fingerprint or cacert),
                                      deadline=overall)
     else:

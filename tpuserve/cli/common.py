@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from tpuserve.kinds import STACK_NAMES
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
-from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, load
+from tpuserve.settings import ConfigError, Deployment, load
 
 if TYPE_CHECKING:
     from rich.console import Console

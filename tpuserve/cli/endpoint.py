@@ -55,7 +55,7 @@ def endpoint(
     fleet: its Gateway's address (http://ADDRESS/v1), or https://DOMAIN/v1 with fleet.domain
     (a Google-managed certificate: nothing to pin)."""
     d = common.load_stack(stack)
-    if d.is_fleet:
+    if d.kind.on_gke:
         _endpoint_fleet(d, cert_out, json_output)
         return
     tpu = common.tpu_api()

@@ -14,11 +14,12 @@ from typing import Annotated, Any
 import typer
 
 from tpuserve.facts import E2B_WEIGHTS_GIB
+from tpuserve.kinds import STACK_NAMES
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
 from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
-from tpuserve.settings import STACK_NAMES, ConfigError, Deployment, from_raw, load_raw
+from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.loader import all_warnings, deep_merge
 
@@ -133,7 +134,7 @@ def plan(
                           soft_wrap=True)
     # The fleet: N replicas of this one-chip plan on GKE (its first-choice pool prices a chip).
     fleet = None
-    if d.is_fleet:
+    if d.kind.on_gke:
         from tpuserve.planner.fleet_cost import fleet_for  # the fleet's only: not on every start
 
         fleet = fleet_for(d, result)
@@ -142,8 +143,7 @@ def plan(
             report as plan_report,  # matplotlib and rich: only when they are used
         )
 
-        plan_report.write_png(result, png, provisioning=(
-            d.fleet.provisioning[0] if d.is_fleet else d.stack.provisioning_model))
+        plan_report.write_png(result, png, provisioning=d.price_key)
         err_console.print(f"wrote {png}", markup=False)
     # What stays billed after `cdktf destroy STACK`: the deployment's base (issue 13).
     dormant = dormant_base()

@@ -29,7 +29,7 @@ def recover(
     from tpuserve.gcp.billing_guard import GuardApi
 
     d = common.load_stack(stack)
-    if d.is_fleet:
+    if d.kind.on_gke:
         # GKE replaces failed nodes and pods itself; a re-deploy would change nothing.
         raise OpsError("the fleet heals itself (GKE replaces failed nodes and pods): "
                        "nothing to recover", hint=f"tpuserve status {stack} says why a "

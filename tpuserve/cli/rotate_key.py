@@ -36,7 +36,7 @@ def rotate_key(
     printed once on stdout."""
     start = time.monotonic()
     d = common.load_stack(stack)
-    if d.is_fleet:
+    if d.kind.on_gke:
         raise OpsError(f"{stack}: rotate-key serves the node stacks; the fleet's pods read the "
                        "key through the Secret Manager CSI driver, whose rotation this "
                        "deployment does not enable: roll the pods after a rotation "

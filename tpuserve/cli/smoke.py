@@ -57,7 +57,7 @@ def smoke(
     # passed, and no call of the command outlives it.
     overall = Deadline(deadline)
     d = common.load_stack(stack) if stack and not endpoint else None
-    if d is not None and d.is_fleet:  # the Gateway's address: plain HTTP or a public CA
+    if d is not None and d.kind.on_gke:  # the Gateway's address: plain HTTP or a public CA
         target = common.fleet_target(d, api_key, pinned=bool(fingerprint or cacert),
                                      deadline=overall)
     else:

@@ -33,7 +33,7 @@ def wait(
     The fleet: until a replica is Ready and the Gateway has an address, then /health through
     the Gateway."""
     d = common.load_stack(stack)
-    if d.is_fleet:
+    if d.kind.on_gke:
         _wait_fleet(d, timeout, poll_interval, json_output)
         return
     status = err_console.status(f"{stack}: waiting") if err_console.is_terminal else None

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpuserve.contracts import FLEET_MACHINE_TYPE, MIN_MASTER_VERSION
+from tpuserve.kinds import POOL_MODELS
 
 # GKE machine type -> (the TPU accelerator GKE labels its nodes with, chips per node).
 MACHINES: dict[str, tuple[str, int]] = {
@@ -34,7 +35,7 @@ REQUIRED_KEYS = ("project", "region", "zone", "cluster", "release_channel",
                  "min_master_version", "machine_type", "provisioning", "min_replicas",
                  "max_replicas", "apis")
 CHANNELS = ("RAPID", "REGULAR", "STABLE", "EXTENDED")
-MODELS = ("flex", "spot", "ondemand")
+MODELS = POOL_MODELS  # flex, spot, ondemand (tpuserve/kinds)
 _PROJECT_RE = re.compile(r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
 _REGION_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+")
 _ZONE_RE = re.compile(r"[a-z]+(?:-[a-z]+)*\d+-[a-z]")

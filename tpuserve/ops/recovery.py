@@ -131,16 +131,22 @@ def run_deploy(stack: str, log: Log, *, environ: Mapping[str, str] | None = None
 
 def _diagnose(d: Deployment, tpu: TpuOps) -> tuple[bool, str]:
     """(needs recovery, why) from the live state."""
-    if d.stack.provisioning_model == "flex":
-        qr = tpu.get_queued_resource(ref_for(d))
-        if qr is None:
-            return False, (
-                f"no queued resource: nothing to recover (deploy it: npx cdktf deploy {d.name})"
-            )
-        if qr.state in RECOVERABLE_QR_STATES:
-            why = f" ({qr.failure})" if qr.failure else ""
-            return True, f"queued resource {qr.state}{why}"
-        return False, f"queued resource {qr.state}"
+    return _capacity(d).diagnose(d, tpu)
+
+
+def _diagnose_queued(d: Deployment, tpu: TpuOps) -> tuple[bool, str]:
+    qr = tpu.get_queued_resource(ref_for(d))
+    if qr is None:
+        return False, (
+            f"no queued resource: nothing to recover (deploy it: npx cdktf deploy {d.name})"
+        )
+    if qr.state in RECOVERABLE_QR_STATES:
+        why = f" ({qr.failure})" if qr.failure else ""
+        return True, f"queued resource {qr.state}{why}"
+    return False, f"queued resource {qr.state}"
+
+
+def _diagnose_node(d: Deployment, tpu: TpuOps) -> tuple[bool, str]:
     node = tpu.get_node(d)
     if node is None:
         return False, (
@@ -181,7 +187,7 @@ def recover(
     if not needed:
         result.reason = why
         say(f"{d.name}: {why}")
-        if guard is not None and d.stack.provisioning_model != "flex" and (
+        if guard is not None and d.kind.billing_guard and (
             tpu.get_node(d) is not None
         ):
             _rearm(d, guard, result, say)
@@ -236,9 +242,15 @@ def _rearm(d: Deployment, guard: GuardOps, result: RecoveryResult, say: Log) -> 
 
 
 def _alive(d: Deployment, tpu: TpuOps) -> bool:
-    if d.stack.provisioning_model == "flex":
-        qr = tpu.get_queued_resource(ref_for(d))
-        return qr is not None and qr.state in ALIVE_STATES
+    return _capacity(d).alive(d, tpu)
+
+
+def _alive_queued(d: Deployment, tpu: TpuOps) -> bool:
+    qr = tpu.get_queued_resource(ref_for(d))
+    return qr is not None and qr.state in ALIVE_STATES
+
+
+def _alive_node(d: Deployment, tpu: TpuOps) -> bool:
     node = tpu.get_node(d)
     return node is not None and node.state not in RECOVERABLE_NODE_STATES
 
@@ -247,12 +259,23 @@ def _delete_dead(
     d: Deployment, tpu: TpuOps, timeout_s: float, poll_s: float,
     say: Log, clock: Callable[[], float], sleep: Callable[[float], None],
 ) -> None:
-    if d.stack.provisioning_model == "flex":
-        ref = ref_for(d)
-        say(f"{d.name}: deleting queued resource {ref.name} (force: its node first)")
-        tpu.delete_queued_resource(ref, force=True, timeout=timeout_s)
-        say(f"{d.name}: queued resource deleted")
-        return
+    _capacity(d).delete_dead(d, tpu, timeout_s, poll_s, say, clock, sleep)
+
+
+def _delete_queued(
+    d: Deployment, tpu: TpuOps, timeout_s: float, poll_s: float,
+    say: Log, clock: Callable[[], float], sleep: Callable[[float], None],
+) -> None:
+    ref = ref_for(d)
+    say(f"{d.name}: deleting queued resource {ref.name} (force: its node first)")
+    tpu.delete_queued_resource(ref, force=True, timeout=timeout_s)
+    say(f"{d.name}: queued resource deleted")
+
+
+def _delete_node(
+    d: Deployment, tpu: TpuOps, timeout_s: float, poll_s: float,
+    say: Log, clock: Callable[[], float], sleep: Callable[[float], None],
+) -> None:
     node = tpu.get_node(d)
     if node is None or node.state not in RECOVERABLE_NODE_STATES:
         return  # gone already (an earlier attempt) or replaced meanwhile
@@ -266,3 +289,23 @@ def _delete_dead(
                                "delete")
             sleep(poll_s)
     say(f"{d.name}: node deleted")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How one shape of a kind's TPU capacity is found dead, deleted and seen alive."""
+
+    diagnose: Callable[[Deployment, TpuOps], tuple[bool, str]]
+    alive: Callable[[Deployment, TpuOps], bool]
+    delete_dead: Callable[[Deployment, TpuOps, float, float, Log, Callable[[], float],
+                           Callable[[float], None]], None]
+
+
+# A TPU VM node (spot, on-demand), and a flex-start queued resource deleted with its node.
+NODE = Capacity(_diagnose_node, _alive_node, _delete_node)
+QUEUED_RESOURCE = Capacity(_diagnose_queued, _alive_queued, _delete_queued)
+
+
+def _capacity(d: Deployment) -> Capacity:
+    """The kind's capacity (tpuserve/kinds): a queued resource, or a node."""
+    return QUEUED_RESOURCE if d.kind.queued_resource else NODE

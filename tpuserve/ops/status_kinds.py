@@ -130,9 +130,10 @@ NODE, FLEX, FLEET = NodeKind(), FlexKind(), FleetKind()
 
 def status_kind(d: Deployment) -> StatusKind:
     """The stack's kind, for everything its status reads and says (the one choice)."""
-    if d.is_fleet:
+    kind = d.kind  # tpuserve/kinds: its capacity flags, never its name
+    if kind.on_gke:
         return FLEET
-    return FLEX if d.stack.provisioning_model == "flex" else NODE
+    return FLEX if kind.queued_resource else NODE
 
 
 def node_kind(d: Deployment) -> NodeKind:

@@ -100,6 +100,12 @@ def _read(fn: Callable[[], T]) -> T:
         raise _Unreadable(f"{UNREADABLE} ({exc.code} {exc.status}: {exc.message})") from None
 
 
+def phases_of(d: Deployment) -> tuple[str, ...]:
+    """The phases the stack's kind passes through, in order (tpuserve/kinds)."""
+    return ((PHASE_QR,) if d.kind.queued_resource else ()) + (PHASE_NODE, PHASE_BOOT,
+                                                               PHASE_HEALTH)
+
+
 def wait_for_stack(
     d: Deployment,
     *,
@@ -112,7 +118,8 @@ def wait_for_stack(
     sleep: Callable[[float], None] = time.sleep,
 ) -> WaitResult:
     name = d.name
-    flex = d.stack.provisioning_model == "flex"
+    flex = d.kind.queued_resource  # its node comes from a queued resource: one phase more
+    phases = phases_of(d)
     start = clock()
     done: dict[str, float] = {}
     last: dict[str, str] = {}
@@ -128,8 +135,8 @@ def wait_for_stack(
         last[phase] = state
 
     def current_phase() -> str:
-        for phase in (PHASE_QR if flex else "", PHASE_NODE, PHASE_BOOT, PHASE_HEALTH):
-            if phase and phase not in done:
+        for phase in phases:
+            if phase not in done:
                 return phase
         return PHASE_HEALTH
 

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuserve import kinds
 from tpuserve.facts import (
     COLD_START_S,
     E2B_MEASURED_TPOT_MS,
@@ -56,10 +57,10 @@ E2B_WEIGHTS_BYTES = round(E2B_WEIGHTS_GIB * GiB)
 # SPEC 4: vLLM's max_num_seqs default on this path.
 DEFAULT_MAX_NUM_SEQS = 256
 
-# Provisioning model names used as keys of the price mapping.
-SPOT = "spot"
-FLEX = "flex"
-ONDEMAND = "ondemand"
+# The price keys of the kinds the rebuild economics compare (tpuserve/kinds).
+SPOT = kinds.SPOT.price_key
+FLEX = kinds.FLEX.price_key
+ONDEMAND = kinds.ONDEMAND.price_key
 DEFAULT_PRICES_USD_PER_CHIP_HOUR = PRICES_USD_PER_CHIP_HOUR
 
 # tpu-inference PallasAttentionBackend: the block table of every request lives in half of

@@ -31,6 +31,7 @@ from tpuserve.contracts import (
 )
 from tpuserve.contracts import FLEET_MACHINE_TYPE as MACHINE_TYPE
 from tpuserve.facts import COLD_START_S
+from tpuserve.kinds import POOL_MODELS
 from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render.boot_script import (
     BOOT_HELPER,
@@ -67,7 +68,7 @@ WEIGHTS_JOB = "stage-weights"
 
 # More shared names (the stack's node pools and IAM bindings use them).
 COMPUTE_CLASS = "tpuserve-v5e"
-NODE_POOLS = {"flex": "tpu-flex", "spot": "tpu-spot", "ondemand": "tpu-ondemand"}
+NODE_POOLS = {m: f"tpu-{m}" for m in POOL_MODELS}  # tpu-flex, tpu-spot, tpu-ondemand
 TPU_ACCELERATOR = "tpu-v5-lite-podslice"
 TPU_TOPOLOGY = "1x1"
 SECRET_CLASSES = {"hf": "hf-token", "key": "api-key"}  # SecretProviderClass names
@@ -301,7 +302,8 @@ def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
 
 def metric_labels(d: Deployment) -> dict[str, str]:
     """The labels every vLLM series carries on the VM stacks too (render/collector_conf.py)."""
-    return {"deployment": d.gcp.deployment, "stack": d.name, "provisioning_model": "fleet"}
+    return {"deployment": d.gcp.deployment, "stack": d.name,
+            "provisioning_model": d.stack.provisioning_model}
 
 
 def render_objects(d: Deployment, *, backend: str = "inferencepool") -> list[dict[str, Any]]:

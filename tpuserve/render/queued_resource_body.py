@@ -36,7 +36,7 @@ def duration_json(seconds: int) -> str:
 
 def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
     """The v2alpha1 QueuedResource create body for a flex deployment (issue 3's shape)."""
-    if d.stack.provisioning_model != "flex":
+    if not d.kind.queued_resource:
         raise ValueError(
             f"stack.provisioning_model = {d.stack.provisioning_model!r}: a queued-resource body "
             "is built for the flex stack only"

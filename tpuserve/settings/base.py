@@ -10,12 +10,15 @@ from pydantic import (
     ConfigDict,
 )
 
+from tpuserve.kinds import PROVISIONING_MODELS, STACK_NAMES
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.string_rules import check, shown
 
-# The serving stacks, each named for what it runs on; `fleet` is replicas on GKE.
-STACK_NAMES = ("spot", "ondemand", "flex", "fleet")
-ProvisioningModel = Literal["spot", "ondemand", "flex", "fleet"]
+# The serving stacks, each named for what it runs on (tpuserve/kinds: `fleet` is replicas on
+# GKE); STACK_NAMES is re-exported from the registry for the settings' users.
+ProvisioningModel = Literal[PROVISIONING_MODELS]  # type: ignore[valid-type]
+__all__ = ["STACK_NAMES", "ConfigError", "ProvisioningModel", "StrictModel", "image_reference",
+           "parse_duration", "spec_error"]
 
 class StrictModel(BaseModel):
     """Unknown keys are typos: reject them instead of silently ignoring a setting.

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
     Field,
+    SerializeAsAny,
+    field_validator,
     model_validator,
 )
 
 from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
 from tpuserve.facts import FLEX_ZONES_BAD, FLEX_ZONES_GOOD
+from tpuserve.kinds import KINDS, STACK_NAMES, Kind, words
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, spec_error
 from tpuserve.settings.base_stack import Base
@@ -24,10 +27,10 @@ from tpuserve.settings.sections import (
     CapacitySettings,
     GcpSettings,
     PricingSettings,
-    StackSettings,
     StateSettings,
     TpuSettings,
 )
+from tpuserve.settings.stack import GuardedVmStackSettings, StackSettings, of_kind
 from tpuserve.settings.string_rules import check
 from tpuserve.settings.vllm import VllmSettings
 
@@ -44,26 +47,35 @@ class Deployment(StrictModel):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     state: StateSettings = Field(default_factory=StateSettings)
-    fleet: FleetSettings = Field(default_factory=FleetSettings)  # the fleet stack's only
+    # Validated in every stack (the top-level [fleet] fails alike everywhere), kept only by a
+    # kind on GKE: None in the others (_fleet_section_is_the_fleets).
+    fleet: FleetSettings | None = Field(default_factory=FleetSettings)
     # The deployment's (the base holds it); every stack must agree on it (stacks/monitoring.py).
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
-    stack: StackSettings
+    # Its kind's own settings (settings/stack.py): a discriminated union on provisioning_model.
+    stack: SerializeAsAny[StackSettings]
+
+    @field_validator("stack", mode="wrap")
+    @classmethod
+    def _stack_of_its_kind(cls, v: object, _handler: object) -> StackSettings:
+        return of_kind(v)
 
     @model_validator(mode="after")
     def _fleet_is_its_own_kind(self) -> Deployment:
         # The stack named `fleet` runs on GKE; no other stack may, and it may run nothing else.
-        if (self.name == "fleet") != (self.stack.provisioning_model == "fleet"):
-            raise spec_error(
-                "stack.provisioning_model", self.stack.provisioning_model,
-                "the stack named fleet, and only it, has provisioning_model = 'fleet' (its "
-                "node pools' models are [fleet] provisioning)",
-                "a serving stack's name is what it runs on: spot, ondemand, flex or fleet",
-            )
+        for k in KINDS:
+            if k.name_bound and (self.name == k.name) != (self.kind is k):
+                raise spec_error(
+                    "stack.provisioning_model", self.stack.provisioning_model,
+                    f"the stack named {k.name}, and only it, has provisioning_model = "
+                    f"{k.provisioning_model!r} (its node pools' models are [fleet] provisioning)",
+                    f"a serving stack's name is what it runs on: {words(STACK_NAMES)}",
+                )
         return self
 
     @model_validator(mode="after")
     def _fleet_ranges_apart_from_the_subnet(self) -> Deployment:
-        if self.name != "fleet":
+        if not self.kind.on_gke:
             return self
         subnet = ipaddress.ip_network(self.gcp.subnet_cidr)
         for name in ("pods_cidr", "services_cidr", "proxy_only_cidr"):
@@ -95,7 +107,7 @@ class Deployment(StrictModel):
     @model_validator(mode="after")
     def _flex_zone(self) -> Deployment:
         zone, accel = self.gcp.zone, self.tpu.accelerator_type
-        if self.stack.provisioning_model == "flex" and accel == "v5litepod-1" and (
+        if self.kind.queued_resource and accel == "v5litepod-1" and (
             zone in FLEX_ZONES_BAD
         ):
             raise spec_error(
@@ -106,6 +118,12 @@ class Deployment(StrictModel):
                 f'not supported for accelerator type "{accel}"\'',
             )
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _fleet_section_is_the_fleets(cls, data: object, handler: Any) -> Deployment:
+        d: Deployment = handler(data)
+        return d if d.kind.on_gke or d.fleet is None else d.model_copy(update={"fleet": None})
 
     @property
     def base(self) -> Base:
@@ -135,13 +153,15 @@ class Deployment(StrictModel):
         return f"{self.tpu_parent}/nodes/{self.node_name}"
 
     @property
-    def is_fleet(self) -> bool:
-        return self.stack.provisioning_model == "fleet"
+    def kind(self) -> Kind:
+        """The stack's kind (tpuserve/kinds): what it runs on and how it is run."""
+        return self.stack.kind
 
     @property
     def has_billing_guard(self) -> bool:
-        return self.stack.provisioning_model in ("spot", "ondemand") and (
-            self.stack.max_run_hours > 0)
+        stack = self.stack
+        return self.kind.billing_guard and isinstance(stack, GuardedVmStackSettings) and (
+            stack.max_run_hours > 0)
 
     # What the base holds, by name (settings/base_stack.py): one source for every stack.
     @property
@@ -179,9 +199,12 @@ class Deployment(StrictModel):
     @property
     def usd_per_hour(self) -> float:
         """$/hour of one server: for the fleet, one replica in its first-choice pool."""
-        model = (self.fleet.provisioning[0] if self.is_fleet
-                 else self.stack.provisioning_model)
-        return getattr(self.pricing, model) * self.tpu.chips
+        return getattr(self.pricing, self.price_key) * self.tpu.chips
+
+    @property
+    def price_key(self) -> str:
+        """The [pricing] key of one server: the kind's, or the fleet's first-choice pool's."""
+        return self.kind.price_key or self.fleet.provisioning[0]
 
     @property
     def labels(self) -> dict[str, str]:

@@ -14,10 +14,12 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tpuserve.facts import COLD_START_S, WARM_START_S
+from tpuserve.kinds import POOL_MODELS
 from tpuserve.settings.base import StrictModel, parse_duration, spec_error
 from tpuserve.settings.string_rules import DURATION, check
 
-PoolModel = Literal["flex", "spot", "ondemand"]
+# The node pools' models: the kinds that can be a GKE pool (tpuserve/kinds), flex first.
+PoolModel = Literal[POOL_MODELS]  # type: ignore[valid-type]
 # GKE: a flex-start node lives at most 7 days (max_run_duration of the node pool).
 MAX_FLEX_NODE_SECONDS = 7 * 86400
 # A placeholder digest the default config carries: synth accepts it (offline, no registry), the

@@ -19,12 +19,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tpuserve.kinds import KINDS, STACK_NAMES, words
 from tpuserve.paths import DEFAULT_CONFIG
-from tpuserve.settings.base import STACK_NAMES, ConfigError
+from tpuserve.settings.base import ConfigError
 from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
-from tpuserve.settings.sections import CacheSettings, GcpSettings, StackSettings, StateSettings
+from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
+from tpuserve.settings.stack import StackKeys
 from tpuserve.settings.string_rules import shown
 from tpuserve.settings.warnings import deployment_warnings
 
@@ -54,7 +56,8 @@ def from_raw(raw: Mapping[str, Any]) -> Loaded:
         problems.extend(base_problems)
     if problems:
         raise ConfigError(merge_stacks(problems))
-    warnings = [f"[{name}] {w}" for name, d in deployments.items() for w in all_warnings(d)]
+    warnings = [f"[{name}] {w}" for name, d in deployments.items()
+                for w in not_applicable(raw, d) + all_warnings(d)]
     return Loaded(deployments, warnings, base)
 
 
@@ -88,6 +91,24 @@ def base_of(raw: Mapping[str, Any], deployments: Mapping[str, Deployment],
                     "(TPUSERVE_CONFIG), which makes a base of its own"
                 )
     return base, problems
+
+
+def not_applicable(raw: Mapping[str, Any], d: Deployment) -> list[str]:
+    """The keys of the stack's own table that its kind ignores: accepted (a config that worked
+    keeps working), and named, so a setting that does nothing is not mistaken for one in force."""
+    kind = d.kind
+    table = raw.get("stacks", {}).get(d.name, {})
+    why = f"does nothing for provisioning_model = {kind.provisioning_model!r}"
+    out = []
+    for key in d.stack.ignored:
+        have = words(tuple(k.name for k in KINDS if key in k.stack_keys), "and")
+        out.append(f"stacks.{d.name}.{key} = {shown(table.get(key))}: {why} (only the {have} "
+                   "stacks have it); ignored")
+    if not kind.on_gke and isinstance(table.get("fleet"), Mapping):
+        gke = words(tuple(k.name for k in KINDS if k.on_gke), "and")
+        out.append(f"stacks.{d.name}.fleet: {why} (only the {gke} stack reads [fleet]); "
+                   "ignored")
+    return out
 
 
 def all_warnings(d: Deployment) -> list[str]:
@@ -221,7 +242,7 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Deployment], list[str]]:
     shared = {k: v for k, v in raw.items() if k != "stacks"}
     for name, table in stacks.items():
         over = dict(table)
-        stack_keys = {k: over.pop(k) for k in list(over) if k in StackSettings.model_fields}
+        stack_keys = {k: over.pop(k) for k in list(over) if k in StackKeys.model_fields}
         data = deep_merge(shared, over) | {"name": name, "stack": stack_keys}
         try:
             out[name] = Deployment.model_validate(data)

@@ -1,6 +1,6 @@
-"""The config's sections other than [vllm]: gcp, tpu, access, pricing, cache, capacity, state and
-each stack's own table. Every measured rule is a validator that names the setting, the value,
-the rule and the measurement."""
+"""The config's sections other than [vllm]: gcp, tpu, access, pricing, cache, capacity and state
+(each stack's own table: settings/stack.py). Every measured rule is a validator that names the
+setting, the value, the rule and the measurement."""
 
 from __future__ import annotations
 
@@ -12,25 +12,23 @@ from typing import Annotated, Literal
 from pydantic import (
     Field,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from tpuserve.facts import (
     E2B_WEIGHTS_GIB,
-    MAX_FLEX_RUN_SECONDS,
-    MAX_GUARD_RUN_HOURS,
     PRICES_USD_PER_CHIP_HOUR,
 )
 from tpuserve.gcp.endpoints import psc_root
+from tpuserve.kinds import PRICE_KEYS
 from tpuserve.paths import DEFAULT_CONFIG
 from tpuserve.settings import measured_rules
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import (
-    ProvisioningModel,
     StrictModel,
     image_reference,
-    parse_duration,
     spec_error,
 )
 from tpuserve.settings.measured_rules import MAX_USD_PER_CHIP_HOUR
@@ -190,17 +188,21 @@ class AccessSettings(StrictModel):
 Price = Annotated[float, Field(gt=0, le=MAX_USD_PER_CHIP_HOUR)]
 
 
-class PricingSettings(StrictModel):
+class _Prices(StrictModel):
     """$/chip-hour: SPEC 2's us-west4 list prices (tpuserve/facts.py) unless [pricing] sets them."""
 
-    spot: Price = PRICES_USD_PER_CHIP_HOUR["spot"]
-    flex: Price = PRICES_USD_PER_CHIP_HOUR["flex"]
-    ondemand: Price = PRICES_USD_PER_CHIP_HOUR["ondemand"]
-
-    @field_validator(*measured_rules.checked_fields("pricing", before=True), mode="before")
+    @field_validator("*", mode="before")
     @classmethod
     def _measured_before(cls, v: object, info: ValidationInfo) -> object:
         return measured_rules.enforce(f"pricing.{info.field_name}", v, info.data)
+
+
+# One key per priced kind (tpuserve/kinds), in facts.py's order (spot, flex, ondemand: the
+# order of every price table), defaulting to its measured list price.
+PricingSettings = create_model(
+    "PricingSettings", __base__=_Prices, __module__=__name__, __doc__=_Prices.__doc__,
+    **{k: (Price, v) for k, v in PRICES_USD_PER_CHIP_HOUR.items() if k in PRICE_KEYS},
+)
 
 
 class CacheSettings(StrictModel):
@@ -265,62 +267,3 @@ class StateSettings(StrictModel):
     @classmethod
     def _prefix(cls, v: str) -> str:
         return check("state.gcs_prefix", v, rules.GCS_PREFIX)
-
-
-class StackSettings(StrictModel):
-    provisioning_model: ProvisioningModel
-    # Billing guard for spot/ondemand: a Cloud Tasks task deletes the node this many hours
-    # after its createTime (0: off); Cloud Tasks schedules at most 30 days ahead.
-    max_run_hours: Annotated[float, Field(ge=0)] = 8
-    # Flex-start only (SPEC 2): the node deletes itself after this long.
-    max_run_duration: str = "4h"
-    valid_until_duration: str | None = None
-
-    @field_validator("max_run_hours")
-    @classmethod
-    def _guard_hours(cls, v: float) -> float:
-        # The guard counts whole seconds: below one, int(hours * 3600) is 0, which means "off".
-        if 0 < v * 3600 < 1:
-            raise spec_error(
-                "stack.max_run_hours", v, "must be 0 (guard off) or at least 1/3600 (one second)",
-                "the billing guard counts whole seconds; a shorter limit would silently turn it "
-                "off while the guard keeps its rights",
-            )
-        if v > MAX_GUARD_RUN_HOURS:
-            raise spec_error(
-                "stack.max_run_hours", v, f"must be at most {MAX_GUARD_RUN_HOURS} (30 days)",
-                "the billing guard is a Cloud Tasks task, and Cloud Tasks schedules a task at "
-                "most 30 days ahead",
-            )
-        return v
-
-    @field_validator("max_run_duration", "valid_until_duration")
-    @classmethod
-    def _duration(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is None:
-            return v
-        check(f"stack.{info.field_name}", v, rules.DURATION)
-        seconds = parse_duration(v)
-        if not 0 < seconds <= MAX_FLEX_RUN_SECONDS and info.field_name == "max_run_duration":
-            raise spec_error(
-                f"stack.{info.field_name}", v, "must be more than 0 and at most 7d",
-                "flex-start capacity lasts at most 7 days",
-            )
-        if seconds == 0:  # valid_until_duration: how long the request may wait in the queue
-            raise spec_error(
-                f"stack.{info.field_name}", v, "must be more than 0 (or unset: no limit)",
-                "a queued resource that may wait 0 s can never be provisioned",
-            )
-        return v
-
-    @property
-    def max_run_seconds(self) -> int:
-        """max_run_duration in seconds (flex), parsed once here for every renderer."""
-        return parse_duration(self.max_run_duration)
-
-    @property
-    def valid_until_seconds(self) -> int | None:
-        return (None if self.valid_until_duration is None
-                else parse_duration(self.valid_until_duration))
-
-

@@ -14,7 +14,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
     """Soft rules of the settings themselves (capacity ones: tpuserve.settings.loader)."""
     # The measured ones first (settings/measured_rules.py), then the rest below.
     out = measured_rules.warnings_of("vllm", dict(d.vllm))
-    if d.stack.provisioning_model in ("spot", "ondemand") and d.stack.max_run_hours == 0:
+    if d.kind.billing_guard and d.stack.max_run_hours == 0:
         monthly = d.usd_per_hour * HOURS_PER_MONTH
         out.append(
             f"stack.max_run_hours = 0: the billing guard is off; {d.stack.provisioning_model} "
@@ -52,7 +52,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
             "and every prompt and answer cross the network in clear text; keep the proxy and "
             "access.tls = 'self-signed' (the default)"
         )
-    if d.stack.provisioning_model == "flex" and d.gcp.zone not in FLEX_ZONES_GOOD:
+    if d.kind.queued_resource and d.gcp.zone not in FLEX_ZONES_GOOD:
         good = ", ".join(f"{z} ({why})" for z, why in FLEX_ZONES_GOOD.items())
         out.append(
             f"gcp.zone = {d.gcp.zone!r}: flex-start acceptance of {d.tpu.accelerator_type} is "
@@ -65,7 +65,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
 
 def fleet_warnings(d: Deployment) -> list[str]:
     """The fleet's soft rules: an image without its real digest, a Gateway without TLS."""
-    if not d.is_fleet:
+    if not d.kind.on_gke:
         return []
     out = []
     if "@sha256:" not in d.vllm.image or d.vllm.image.endswith(PLACEHOLDER_DIGEST):

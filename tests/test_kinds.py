@@ -1,0 +1,149 @@
+"""The kind registry (tpuserve/kinds) is the one place a serving kind is told apart: every list
+of kinds derives from it, and no module outside it compares a kind's name."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tomllib
+import typing
+from pathlib import Path
+
+import pytest
+
+from tpuserve import kinds
+from tpuserve.paths import REPO_ROOT
+
+KIND_LITERALS = frozenset(k.provisioning_model for k in kinds.KINDS) | frozenset(
+    k.name for k in kinds.KINDS)
+
+
+def _sources() -> list[Path]:
+    files = [REPO_ROOT / "main.py", *sorted((REPO_ROOT / "stacks").rglob("*.py")),
+             *sorted((REPO_ROOT / "tpuserve").rglob("*.py"))]
+    return [p for p in files if (REPO_ROOT / "tpuserve" / "kinds") not in p.parents]
+
+
+def _kind_literal(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value in KIND_LITERALS
+
+
+def _names_the_model(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "provisioning_model"
+
+
+def kind_comparisons(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comparison that tells a kind apart by its name: == / != against a
+    kind's name, `in` a literal tuple/set/list of them, or any comparison of a
+    `.provisioning_model`. A key test (`"fleet" in table`) or a dict key is no comparison."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        hit = any(_names_the_model(o) for o in operands)
+        for op, left, right in zip(node.ops, operands, operands[1:], strict=False):
+            if isinstance(op, ast.Eq | ast.NotEq | ast.Is | ast.IsNot):
+                hit |= _kind_literal(left) or _kind_literal(right)
+            elif isinstance(op, ast.In | ast.NotIn) and isinstance(
+                    right, ast.Tuple | ast.Set | ast.List):
+                hit |= any(_kind_literal(e) for e in right.elts)
+        if hit:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_kind_is_compared_by_name_outside_the_registry() -> None:
+    offenders = [f"{p.relative_to(REPO_ROOT)}:{line}: {text}" for p in _sources()
+                 for line, text in kind_comparisons(p.read_text(encoding="utf-8"))]
+    assert not offenders, "compare a kind's flags (tpuserve/kinds), not its name:\n" + "\n".join(
+        offenders)
+
+
+@pytest.mark.parametrize("code", [
+    'if d.stack.provisioning_model == "flex": pass',
+    'x = d.stack.provisioning_model != other',
+    'x = model in ("spot", "ondemand")',
+    'x = "fleet" == name',
+    'x = m not in {"flex"}',
+])
+def test_the_scan_finds_a_kind_compared_by_name(code: str) -> None:
+    assert kind_comparisons(code)
+
+
+@pytest.mark.parametrize("code", [
+    'x = "fleet" in table',           # a key of a table
+    'x = {"spot": True}',             # a dict key
+    'x = d.kind.on_gke',
+    'x = name == "system"',
+])
+def test_the_scan_leaves_keys_and_other_strings(code: str) -> None:
+    assert not kind_comparisons(code)
+
+
+def test_the_lists_of_kinds_derive_from_the_registry() -> None:
+    from tpuserve.settings import STACK_NAMES
+    from tpuserve.settings.base import ProvisioningModel
+    from tpuserve.settings.fleet import PoolModel
+    from tpuserve.settings.sections import PricingSettings
+
+    assert STACK_NAMES == tuple(k.name for k in kinds.KINDS) == ("spot", "ondemand", "flex",
+                                                                 "fleet")
+    assert typing.get_args(ProvisioningModel) == kinds.PROVISIONING_MODELS
+    assert typing.get_args(PoolModel) == kinds.POOL_MODELS == ("flex", "spot", "ondemand")
+    # Every priced kind has its [pricing] key, and [pricing] prices nothing else.
+    assert set(PricingSettings.model_fields) == set(kinds.PRICE_KEYS)
+
+
+def test_every_kind_has_its_stack_class_and_settings() -> None:
+    from tpuserve.settings.stack import StackKeys, settings_class
+
+    for kind in kinds.KINDS:
+        module, _, name = kind.stack_class.partition(":")
+        path = REPO_ROOT / (module.replace(".", "/") + ".py")
+        assert module.startswith("stacks.") and re.search(
+            rf"^class {name}\b", path.read_text(encoding="utf-8"), re.M), kind.stack_class
+        assert set(kind.stack_keys) <= set(StackKeys.model_fields)
+        assert set(settings_class(kind).model_fields) >= set(kind.stack_keys)
+
+
+def test_dev_usage_lists_the_deployable_kinds_in_order() -> None:
+    usage = re.search(r"^#   \./dev deploy STACK .*\(([^)]*)\)$",
+                      (REPO_ROOT / "dev").read_text(encoding="utf-8"), re.M)
+    assert usage is not None
+    assert tuple(usage.group(1).split(" | ")) == kinds.STACK_NAMES
+
+
+def test_the_default_config_names_each_kind_in_the_registrys_order() -> None:
+    raw = tomllib.loads((REPO_ROOT / "config" / "default.toml").read_text(encoding="utf-8"))
+    assert tuple(raw["stacks"]) == kinds.STACK_NAMES
+    assert all(raw["stacks"][k.name]["provisioning_model"] == k.provisioning_model
+               for k in kinds.KINDS)
+
+
+def test_the_registry_imports_only_the_contracts() -> None:
+    # tpuserve.contracts is standard library only: the names its summary lines read.
+    code = ("import sys\nbefore = set(sys.modules)\nimport tpuserve.kinds\n"
+            "print('\\n'.join(sorted(set(sys.modules) - before)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=REPO_ROOT)
+    loaded = set(done.stdout.split())
+    assert {m for m in loaded if m.startswith("tpuserve")} <= {
+        "tpuserve", "tpuserve.contracts", "tpuserve.kinds", "tpuserve.kinds.synth_lines"}
+    assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "typer", "httpx")}
+
+
+def test_ops_dispatch_on_the_kinds_capacity() -> None:
+    from tpuserve.ops import recovery
+    from tpuserve.ops.waiter import PHASE_QR, phases_of
+    from tpuserve.settings import load
+
+    found = {n: d for n, d in load(environ={}).deployments.items() if not d.kind.on_gke}
+    assert {n: PHASE_QR in phases_of(d) for n, d in found.items()} == {
+        "spot": False, "ondemand": False, "flex": True}
+    assert {n: recovery._capacity(d) for n, d in found.items()} == {
+        "spot": recovery.NODE, "ondemand": recovery.NODE, "flex": recovery.QUEUED_RESOURCE}
+    assert {n: d.has_billing_guard for n, d in found.items()} == {
+        "spot": True, "ondemand": True, "flex": False}
