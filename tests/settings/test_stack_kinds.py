@@ -76,7 +76,8 @@ def test_a_key_of_another_kind_is_accepted_with_a_warning(mutate: Mutation,
 def test_the_kind_is_the_provisioning_model_not_the_stack_name() -> None:
     # [stacks.spot] may run flex-start, as it always could: its max_run_hours now says it is
     # ignored, and the stack is flex in every respect.
-    loaded = _loaded(lambda r: r["stacks"]["spot"].update(provisioning_model="flex"))
+    loaded = _loaded(lambda r: r["stacks"]["spot"].update(provisioning_model="flex",
+                                                           max_run_hours=8))
     d = loaded.deployments["spot"]
     assert d.kind is kinds.FLEX and isinstance(d.stack, FlexStackSettings)
     assert not d.has_billing_guard
@@ -108,7 +109,7 @@ def test_bad_values_fail_as_they_always_did(mutate: Mutation, problem: str) -> N
 def test_the_top_level_fleet_table_is_valid_without_a_fleet_stack() -> None:
     def no_fleet(raw: dict[str, Any]) -> None:
         del raw["stacks"]["fleet"]
-        raw["fleet"]["min_replicas"] = 2
+        raw.setdefault("fleet", {})["min_replicas"] = 2
 
     loaded = _loaded(no_fleet)
     assert set(loaded.deployments) == {"spot", "ondemand", "flex"}

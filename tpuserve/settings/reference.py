@@ -23,11 +23,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from tpuserve.kinds import KINDS
 from tpuserve.paths import DEFAULT_CONFIG
 from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.flag_rules import flag_of
 from tpuserve.settings.measured_rules import Rule
+from tpuserve.settings.stack import StackKeys
 
 DOC_PATH = Path("docs") / "configuration.md"
 
@@ -56,6 +58,8 @@ def render() -> str:
     out = [_HEADER, _default_toml_section(defaults_toml)]
     for section, models in _sections([Deployment]):
         out.append(_section_heading(section, models[0]))
+        if section == "stack":  # every key a stack's table takes, whichever kinds use it
+            models = [StackKeys]
         seen: set[str] = set()
         for model in models:
             for name, info in model.model_fields.items():
@@ -122,6 +126,9 @@ def _setting(path: str, model: type[BaseModel], name: str, info: FieldInfo) -> s
     about = notes[0] if notes else _comment_above(model, name)
     if about:
         lines += [about, ""]
+    if model is StackKeys and name != "provisioning_model":
+        used = ", ".join(f"`{k.name}`" for k in KINDS if name in k.stack_keys)
+        lines += [f"Used by the kinds {used}; elsewhere accepted, ignored, and warned of.", ""]
     for rule in measured_rules.rules_of(path):
         if rule.level != "note":
             lines.append(f"- {rule.level}: {_words(rule)}")
@@ -193,7 +200,10 @@ def _bounds(metadata: list[Any]) -> str:
 
 def _comment_above(model: type[BaseModel], name: str) -> str:
     """The comment block right above the field in its class: what the code says of it."""
-    source = textwrap.dedent(inspect.getsource(model))
+    try:
+        source = textwrap.dedent(inspect.getsource(model))
+    except OSError:  # a model built by create_model ([pricing]: one key per priced kind)
+        return ""
     lines = source.splitlines()
     for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == name:
