@@ -12,7 +12,7 @@ import pytest
 from tpuserve.paths import REPO_ROOT
 
 MEASUREMENTS = REPO_ROOT / "docs" / "measurements.md"
-# "SPEC 4", "SPEC 4.2", "SPEC 5-7", "SPEC 4/5", "SPEC section 6".
+# "SPEC n", "SPEC n.m", "SPEC n-m", "SPEC n/m", "SPEC section n" (n a number).
 CITATION = re.compile(r"\bSPEC (?:sections? )?(\d+(?:\.\d+)?)(?:([-/])(\d+))?")
 HEADING = re.compile(r"^#{2,3} (\d+(?:\.\d+)?)\. ", re.M)
 ANCHOR = re.compile(r'<a id="(\d+(?:\.\d+)?)">')
