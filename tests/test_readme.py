@@ -190,7 +190,7 @@ def test_the_prose_figures_match_the_plan(plans: dict[str, dict[str, Any]]) -> N
     assert f"${flex['flex_premium_usd_per_hour']:.4f}/h premium" in TEXT
     assert f"every {flex['break_even_hours']['cold']:.1f} h" in TEXT
     assert f"({flex['break_even_hours']['warm']:.1f} h with a warm cache)" in TEXT
-    assert f"({flex['kv_wall']['8192']} at 8,192 tokens)" in TEXT
+    assert f"({flex['kv_wall']['8192']} at 8,192 tokens, derived)" in TEXT
 
 
 # ------------------------------------------------------------------------------ the commands
