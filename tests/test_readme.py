@@ -18,7 +18,7 @@ import pytest
 from tests.cli.test_cli_tls import TlsEnv, tls_env  # noqa: F401 (the fixture)
 from tests.cli_support import API_KEY, BOOT_READY, PROJECT, ZONE, ga, invoke
 from tpuserve.paths import REPO_ROOT
-from tpuserve.settings import STACK_NAMES, load
+from tpuserve.settings import STACK_NAMES, ConfigError, load
 
 README = REPO_ROOT / "README.md"
 TEXT = README.read_text()
@@ -58,9 +58,10 @@ def fenced_blocks(lang: str) -> list[tuple[int, str]]:
     """(first line number, body) of every ```lang block."""
     out, i = [], 0
     while i < len(LINES):
-        if LINES[i].strip() == f"```{lang}":
+        if LINES[i].startswith("```"):  # an opening fence; its block ends at the next bare one
             j = next(k for k in range(i + 1, len(LINES)) if LINES[k].strip() == "```")
-            out.append((i + 1, "\n".join(LINES[i + 1:j])))
+            if LINES[i].strip() == f"```{lang}":
+                out.append((i + 1, "\n".join(LINES[i + 1:j])))
             i = j
         i += 1
     return out
@@ -248,3 +249,23 @@ def test_endpoint_curl_and_sdk_of_the_quick_start_reach_the_server(tls_env: TlsE
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "pong\n"
+
+
+def test_the_configuration_error_shown_is_what_synth_prints(tmp_path: Path) -> None:
+    """The README's example of a refused value is main.py's message for it, word for word."""
+    ((_, shown),) = [(n, b) for n, b in fenced_blocks("") if "invalid configuration" in b]
+    setting, value = re.search(r"\] ([\w.]+) = ([\d.]+):", shown).groups()
+    section, key = setting.split(".")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"[{section}]\n{key} = {value}\n")
+    with pytest.raises(ConfigError) as exc:
+        load(environ={"TPUSERVE_CONFIG": str(bad)})
+    assert f"tpuserve: {exc.value}" == shown
+
+
+def test_the_troubleshooting_zone_error_is_what_the_loader_says() -> None:
+    (row,) = [ln for ln in LINES if ln.startswith("| `gcp.zone = 'europe-west4-a'")]
+    shown = row.split("`")[1]
+    with pytest.raises(ConfigError) as exc:
+        load(environ={"TPUSERVE_ZONE": "europe-west4-a"})
+    assert any(shown in p for p in exc.value.problems), exc.value.problems
