@@ -194,6 +194,35 @@ def test_the_prose_figures_match_the_plan(plans: dict[str, dict[str, Any]]) -> N
     assert f"({flex['kv_wall']['8192']} at 8,192 tokens, derived)" in TEXT
 
 
+def test_the_settings_table_states_the_defaults_the_loader_gives() -> None:
+    deployments = load(environ={}).deployments
+
+    def default(setting: str) -> Any:
+        section, *rest = setting.split(".")
+        if section == "stacks":  # stacks.NAME.key: that stack's own table
+            return getattr(deployments[rest[0]].stack, rest[1])
+        d = deployments["fleet" if section == "fleet" else "flex"]
+        return getattr(getattr(d, section), rest[0])
+
+    rows = marked_table("settings")
+    assert len(rows) >= 8
+    for setting_cell, default_cell, _ in rows:
+        settings = re.findall(r"`([a-z_.]+)`", setting_cell)
+        shown = re.findall(r"`([^`]*)`", default_cell) or re.findall(r"[\d.]+", default_cell)
+        if default_cell.startswith("unset"):
+            shown = ["None"] * len(settings)
+        also = re.search(r"\(and `(\w+)`\)", setting_cell)  # e.g. (and `ondemand`)
+        if also:
+            sibling = settings[0].split(".")
+            sibling[1] = also.group(1)
+            settings, shown = [settings[0], ".".join(sibling)], shown * 2
+        assert len(settings) == len(shown), setting_cell
+        for setting, text in zip(settings, shown, strict=True):
+            value = default(setting)
+            want = json.dumps(value) if isinstance(value, list) else str(value)
+            assert text.strip('"') in (want, want.removesuffix(".0")), (setting, text, value)
+
+
 # ------------------------------------------------------------------------------ the commands
 
 
