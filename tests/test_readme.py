@@ -138,12 +138,31 @@ def test_the_stack_table_lists_every_kind_in_order() -> None:
     assert [row[0].strip("`") for row in marked_table("stacks")] == list(STACK_NAMES)
 
 
-def test_the_readme_links_only_to_files_that_exist_or_are_generated() -> None:
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", TEXT):
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # no headings in code
+    return {slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize("doc", ["README.md", "CONTRIBUTING.md",
+                                 *sorted(p.relative_to(REPO_ROOT).as_posix()
+                                         for p in (REPO_ROOT / "docs").glob("*.md"))])
+def test_every_link_of_the_documents_resolves(doc: str) -> None:
+    source = REPO_ROOT / doc
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", source.read_text()):
         if target.startswith("http"):
             continue
+        path = (source.parent / target).resolve() if target else source
         # docs/configuration.md is generated from the settings (CONTRIBUTING.md).
-        assert (REPO_ROOT / target).is_file() or target == "docs/configuration.md", target
+        if path == REPO_ROOT / "docs" / "configuration.md":
+            continue
+        assert path.is_file(), (doc, target)
+        if anchor:
+            assert anchor in anchors(path), (doc, target, anchor)
 
 
 # ------------------------------------------------------------------------------ figures
