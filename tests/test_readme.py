@@ -213,6 +213,18 @@ def test_the_prose_figures_match_the_plan(plans: dict[str, dict[str, Any]]) -> N
     assert f"({flex['kv_wall']['8192']} at 8,192 tokens, derived)" in TEXT
 
 
+def test_the_planner_page_states_what_the_default_flex_stack_plans(
+        plans: dict[str, dict[str, Any]]) -> None:
+    flex = plans["flex"]
+    page = " ".join((REPO_ROOT / "docs" / "planner.md").read_text().split())
+    assert (f"The default flex stack plans {flex['kv_bytes_per_token']:,} B/token, a "
+            f"{flex['kv_pool_bytes'] / 2**30:.2f} GiB pool of {flex['kv_tokens']:,} tokens, "
+            f"{flex['num_blocks']:,} blocks of {flex['block_size']}, a "
+            f"{flex['decode_floor_ms']:.2f} ms decode floor and "
+            f"${flex['provisioning']['flex']['usd_per_million_output_tokens']['128x64']:.3f} per "
+            "million output tokens at 128 tokens x 64 clients") in page
+
+
 def test_the_settings_table_states_the_defaults_the_loader_gives() -> None:
     deployments = load(environ={}).deployments
 
