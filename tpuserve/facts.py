@@ -1,5 +1,5 @@
 """Measured facts, and the fixed names of Google's services we build on, each stated once
-(section numbers are ../shared/SPEC.md's).
+(section numbers are docs/measurements.md's).
 
 Everything else imports these: the settings' defaults and rules, the planner, the boot script's
 render context, the stacks, the review's notes and the CLI. Pure data, no imports of the project.

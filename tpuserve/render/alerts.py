@@ -1,5 +1,5 @@
 """The deployment's alert policies: PromQL, thresholds and durations, each derived from a measured
-figure in tpuserve/facts.py (section numbers are ../shared/SPEC.md's) or from a named judgment.
+figure in tpuserve/facts.py (section numbers are docs/measurements.md's) or from a named judgment.
 
 Pure data: stacks/monitoring.py turns each `Alert` into one `google_monitoring_alert_policy`
 with one `condition_prometheus_query_language`.

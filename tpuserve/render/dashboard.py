@@ -2,7 +2,7 @@
 
 One dashboard per deployment (the base holds it); every vLLM panel draws one line per serving
 stack, by the `stack` label the node's collector (and the fleet's PodMonitoring) attaches. The
-panels (../shared/reference/observability-research.md §4.1): vLLM up, output tokens/s against
+panels (docs/research.md, observability §4.1): vLLM up, output tokens/s against
 the measured peak, running vs waiting, KV-cache use, TTFT p50/p95/p99, the exact mean
 inter-token latency, end-to-end and queue latency, preemptions, prefix-cache hit ratio, requests
 by finish reason, the TPU chip's duty cycle and HBM, and $ per million output tokens from each

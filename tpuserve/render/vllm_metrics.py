@@ -1,7 +1,7 @@
 """The vLLM Prometheus metrics tpuserve queries, as vLLM names them today, with their source.
 
 Source: vllm-project/vllm `vllm/v1/metrics/loggers.py`, class `PrometheusStatLogger` (the copy
-read for ../shared/reference/observability-research.md §2, 2026; no commit hash was recorded:
+read for the observability research, 2026, docs/research.md §2; no commit hash was recorded:
 the file was read from a stored snapshot). tpu-inference plugs in as vLLM's platform, worker and
 model runner; the frontend, scheduler and `PrometheusStatLogger` stay vLLM's own, so
 `vllm serve` on `vllm/vllm-tpu` exposes these names (UNVERIFIED on the nightly image: on the

@@ -1,5 +1,6 @@
 """Every rendered object against its schema, offline: core kinds with kubernetes-validate
-(strict, at the target minor), custom resources with the CRD schemas in ../shared/k8s-schemas."""
+(strict, at the target minor), custom resources with the CRD schemas tracked in
+tests/k8s_schemas/ (its README names each one's source)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,8 @@ from tpuserve.render import fleet_bundle as fb
 
 # The fleet cluster's floor's minor (its min_master_version): 1.34.
 K8S_VERSION = ".".join(MIN_MASTER_VERSION.split(".")[:2])
-# ../shared/k8s-schemas beside the checkout; a git worktree under ../wt/ looks one level up.
-SCHEMAS = next((p for p in (REPO_ROOT.parent / "shared" / "k8s-schemas",
-                            REPO_ROOT.parent.parent / "shared" / "k8s-schemas") if p.is_dir()),
-               REPO_ROOT.parent / "shared" / "k8s-schemas")
+# Tracked with the tests: a missing file is a failure, never a skip.
+SCHEMAS = REPO_ROOT / "tests" / "k8s_schemas"
 CUSTOM = {
     ("secrets-store.csi.x-k8s.io", "SecretProviderClass"): "secretproviderclass_v1.json",
     ("cloud.google.com", "ComputeClass"): "computeclass_v1.json",
@@ -63,11 +62,16 @@ def test_core_kinds_validate_strictly(item) -> None:
 def test_custom_resources_match_their_crd_schema(item) -> None:
     o = item[1]
     path: Path = SCHEMAS / _group(o) / CUSTOM[(_group(o), o["kind"])]
-    if not path.exists():
-        pytest.skip(f"{path} is absent (the CRD schemas live in ../shared/k8s-schemas)")
     schema = json.loads(path.read_text())
     jsonschema.validators.validator_for(schema)(schema).validate(o)
 
 
 def test_every_custom_kind_is_rendered_and_covered() -> None:
     assert set(CUSTOM) <= {(_group(o), o["kind"]) for _, o in ALL}
+
+
+def test_every_schema_file_is_tracked_and_named_in_its_readme() -> None:
+    readme = (SCHEMAS / "README.md").read_text()
+    for (group, _), name in CUSTOM.items():
+        assert (SCHEMAS / group / name).is_file()
+        assert f"`{group}/{name}`" in readme
