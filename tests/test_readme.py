@@ -203,8 +203,9 @@ def test_the_figures_table_matches_the_plan(plans: dict[str, dict[str, Any]]) ->
 def test_the_prose_figures_match_the_plan(plans: dict[str, dict[str, Any]]) -> None:
     """The figures 'Picking a stack' and the quick start derive, as the plan derives them."""
     flex = plans["flex"]
-    hours = float(re.search(r"max_run_duration = \"(\d+)h\"",
-                            (REPO_ROOT / "config" / "default.toml").read_text()).group(1))
+    from tpuserve.settings import load
+
+    hours = load().deployments["flex"].stack.max_run_seconds / 3600  # the default's run
     assert f"at most ${flex['provisioning']['flex']['usd_per_hour'] * hours:.2f} for the default" \
         in TEXT
     assert f"${flex['flex_premium_usd_per_hour']:.4f}/h premium" in TEXT
