@@ -1,4 +1,4 @@
-"""The yardstick: a minimal hand-written aiohttp streaming client (issue 16), ~50 lines.
+"""The yardstick: a minimal hand-written aiohttp streaming client, ~50 lines.
 
 What a careful engineer writes in ten minutes to time streamed chat completions: one session,
 N concurrent POSTs, `iter_any()`, split on blank lines, json.loads each event, TTFT at the

@@ -1,6 +1,6 @@
 """The flex-start stack: the foundation plus a queued resource whose lifecycle Terraform drives.
 
-No provider resource can express a flex-start queued resource (issue 3), so a `terraform_data`
+No provider resource can express a flex-start queued resource, so a `terraform_data`
 resource holds the QR's whole spec and its provisioners call the project's own client:
 
 - create: `python -m tpuserve.queued_resource create`, which returns once the QR is ACCEPTED

@@ -17,7 +17,7 @@ nodes/N` with an OAuth token of a guard service account.
   unchanged stack is empty. `tpuserve recover` re-arms it; destroy disarms it.
 - The task calls https://tpu.googleapis.com/, or the Private Service Connect endpoint set as
   `[gcp] tpu_api_endpoint`; never an endpoint override of the deploying shell, which would
-  get the guard account's token and never the delete (issue 22).
+  get the guard account's token and never the delete.
 - Why Cloud Tasks and not Cloud Scheduler: a task fires once at an exact time; a Scheduler job
   is a cron schedule that would fire again a year later, against whatever node then has the
   name. Cloud Tasks schedules at most 30 days ahead, hence stack.max_run_hours <= 720.

@@ -2,12 +2,12 @@
 
 On the `default` network the pre-made `default-allow-ssh` rule (tcp:22 from 0.0.0.0/0) applies
 to a node with an external IP, whatever tpuserve's own rule says. A network created here has no
-rules but tpuserve's, so "SSH from IAP only" means what it says (issue 10 section 3).
+rules but tpuserve's, so "SSH from IAP only" means what it says.
 
 Named for the deployment (`gcp.deployment`), not for one stack, and held by the base stack
 (stacks/base.py): every serving stack of the deployment puts its node on it by name. Its
 Terraform addresses (network, subnetwork) are the ones the serving stacks had before the base
-existed, so `terraform state mv` moves it (README, "Moving to the base").
+existed, so `terraform state mv` moves it (docs/upgrading.md).
 """
 
 from __future__ import annotations

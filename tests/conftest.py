@@ -30,7 +30,7 @@ def deployments() -> dict[str, Deployment]:
 
 # Secret-looking values placed in the environment during synth: none may reach the output.
 CANARIES = {"HF_TOKEN": "hf_canaryTOKENvalue0123456789", "OPENAI_API_KEY": "sk-canary-apikey-42",
-            # The caller's shell (issue 22): none may reach the node's metadata, the flex
+            # The caller's shell: none may reach the node's metadata, the flex
             # body, the fleet's Kubernetes bundle or the billing guard's inputs.
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": "https://canary-tpu-override.invalid/",
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": "https://canary-sm.invalid/",

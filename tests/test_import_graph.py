@@ -1,4 +1,4 @@
-"""The import graph of tpuserve/ and stacks/ (issue 25): no cycles, no import running back up a
+"""The import graph of tpuserve/ and stacks/: no cycles, no import running back up a
 layer, no product file over 400 lines but pure arithmetic. Pure ast over the source files: no
 module is imported, so the test is fast and sees imports inside functions too.
 
@@ -58,14 +58,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("main", ("main",)),
 )
 
-# Upward imports of today, each to be removed by issue 25 (item 1: the Kubernetes API client
-# moves down beside the Google API edge). The integrator empties this as they go; a listed edge
+# Upward imports of today, each to be removed (the Kubernetes API client moved down beside
+# the Google API edge). The integrator empties this as they go; a listed edge
 # that no longer exists fails the test, so the list cannot go stale.
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 # Product files over MAX_LINES that are pure arithmetic or data: allowed for good.
 PURE_DATA: frozenset[str] = frozenset({"tpuserve/planner/arithmetic.py"})
-# Product files over MAX_LINES today, to be split (issue 25); the integrator empties this as
+# Product files over MAX_LINES today, to be split; the integrator empties this as
 # helpers split them. A listed file that is gone or no longer over fails the test.
 TO_SPLIT: frozenset[str] = frozenset({
     "templates/boot/boot_helper.py",

@@ -56,7 +56,7 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
 # Renders with whichever tpuserve is first on PYTHONPATH: the same code for both revisions.
 _RENDER = """
 import json, sys
-try:  # the layered packages and the one loader (issue 12)
+try:  # the layered packages and the one loader
     from tpuserve.render.boot_script import render_startup
     from tpuserve.settings import load
     d = load(environ={}).deployments["spot"]

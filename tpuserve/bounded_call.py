@@ -1,4 +1,4 @@
-"""One call bounded in wall time, whatever the peer does (issue 22 class 3).
+"""One call bounded in wall time, whatever the peer does.
 
 A socket timeout (requests' and httpx's `timeout`, http.client's) bounds each read, so a peer
 that trickles one byte per read, headers or body, holds a call for as long as it likes. `within`

@@ -76,10 +76,10 @@ KV_DTYPES_UNTESTED = frozenset({"float16", "fp8_per_token_head", "int4_per_token
 # SPEC 5: Gemma 4 E2B has one KV head (MQA).
 MODEL_KV_HEADS = 1
 IAP_RANGE = "35.235.240.0/20"  # Google's IAP TCP-forwarding range
-MAX_FLEX_RUN_SECONDS = 7 * 24 * 3600  # flex-start lasts at most 7 days (SPEC 2, issue 3)
+MAX_FLEX_RUN_SECONDS = 7 * 24 * 3600  # flex-start lasts at most 7 days (SPEC 2)
 # The billing guard is a Cloud Tasks task; Cloud Tasks schedules at most 30 days ahead.
 MAX_GUARD_RUN_HOURS = 30 * 24
-# Where flex-start takes v5litepod-1 (issue 3): known-good and known-bad zones, each with its
+# Where flex-start takes v5litepod-1: known-good and known-bad zones, each with its
 # source; any other zone is allowed with a warning (SPEC 2: quota in a zone says nothing about
 # whether a provisioning model is accepted there).
 FLEX_ZONES_GOOD = {

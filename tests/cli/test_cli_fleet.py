@@ -178,7 +178,7 @@ def test_status_json_keys(fleet: Fleet) -> None:
         "replicas", "autoscaler", "gateway", "endpoint", "health", "pods", "pending",
         "billed_replicas", "usd_per_replica_hour", "usd_per_hour", "truncated", "problems",
         "dashboard_url", "picker",
-        # issue 25's two money keys every kind has (tests/cli/test_cli_status_money.py)
+        # the two money keys every kind has (tests/cli/test_cli_status_money.py)
         "price_usd_per_hour", "spend_usd_per_hour"}
     assert doc["autoscaler"] == {
         "min_replicas": 1, "max_replicas": 4, "current_replicas": 2, "desired_replicas": 2,
@@ -476,7 +476,7 @@ def test_the_kubernetes_client_stays_out_of_other_paths(command: str) -> None:
 def test_wait_timeout_bounds_a_kubernetes_api_that_hangs(
     fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 22: each Kubernetes call was bounded by its own 20 s, not by `wait --timeout`."""
+    """`wait --timeout` bounds every Kubernetes call: each was bounded by its own 20 s only."""
     with HostileServer("hang") as url:
         config = json.loads(fleet.kube.kubeconfig(kube.context_name(fleet.d)))
         config["clusters"][0]["cluster"]["server"] = url

@@ -1,4 +1,4 @@
-"""The CLI registers its commands lazily (issue 16): `--help` lists every command from
+"""The CLI registers its commands lazily, for start-up time: `--help` lists every command from
 COMMANDS without importing it, and each summary is the opening of the command's own help."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from tpuserve.cli import plan as plan_cli
 
-# The keys issue 6 promises in `plan --json`.
+# The keys `plan --json` promises.
 PLAN_KEYS = (
     "kv_bytes_per_token", "hbm_cap_bytes", "weights_bytes", "kv_pool_bytes", "kv_tokens",
     "block_size", "num_blocks", "decode_bytes_per_step", "decode_floor_ms",

@@ -62,7 +62,7 @@ class Deployer:
         return 0
 
 
-# A TERMINATED spot VM cannot be started again: recovered like a PREEMPTED one (issue 11).
+# A TERMINATED spot VM cannot be started again: recovered like a PREEMPTED one.
 @pytest.mark.parametrize("lost", ["PREEMPTED", "TERMINATED"])
 def test_preempted_spot_node_is_deleted_then_redeployed(cli_env: Env, tasks: FakeCloudTasks,
                                                         monkeypatch: pytest.MonkeyPatch,
@@ -86,7 +86,7 @@ def test_preempted_spot_node_is_deleted_then_redeployed(cli_env: Env, tasks: Fak
     created = cli_env.tpu.nodes[f"projects/{PROJECT}/locations/{ZONE}/nodes/{d.node_name}"].created
     assert re.search(rf"/tasks/tpuserve-spot-{int(created)}-[0-9a-f]{{8}}$", task)
     # The CLI reaches the fake TPU API through the shell's endpoint override; the task that
-    # runs in Google's cloud calls Google's API (issue 22).
+    # runs in Google's cloud calls Google's API.
     assert os.environ["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] == cli_env.tpu.url
     assert tasks.tasks[task].http_request["url"] == (
         f"https://tpu.googleapis.com/v2/projects/{PROJECT}/locations/{ZONE}/nodes/{d.node_name}")

@@ -64,7 +64,7 @@ def test_stack_with_proxy_needs_a_key(cli_env: Env) -> None:
 
 
 def test_open_metrics_fails_the_auth_check(cli_env: Env) -> None:
-    # vLLM without the proxy: --api-key guards /v1 only, /metrics stays open (issue 4).
+    # vLLM without the proxy: --api-key guards /v1 only, /metrics stays open.
     cli_env.oai.config.open_paths = frozenset({"/metrics"})
     result = invoke("smoke", "--endpoint", cli_env.oai.base_url, "--json")
     assert result.exit_code == 1
@@ -152,7 +152,7 @@ def test_smoke_catches_a_proxy_that_judges_the_normalised_path(cli_env: Env) -> 
 
 
 def test_the_overall_deadline_bounds_the_stacks_tpu_lookup(tmp_path: Path) -> None:
-    """Issue 22: --deadline bounds the whole command, the node's lookup in the TPU API too (a
+    """--deadline bounds the whole command, the node's lookup in the TPU API too (a
     hanging API held it 30 s per try, 120 s per call, whatever the deadline)."""
     config = write_config(tmp_path / "user.toml", 8000)
     with HostileServer("hang") as tpu_root:

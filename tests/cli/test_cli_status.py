@@ -112,7 +112,7 @@ def test_the_server_serves_the_deployed_config(cli_env: Env) -> None:
                            "state": "current", "recorded_at": "2030-01-01T10:01:05Z",
                            "reconverge": None}
     assert s["boot"]["state"] == "ready" and s["problems"] == []  # the old keys as they were
-    # The deployment's dashboard (issue 15), the link every stack's outputs print too.
+    # The deployment's dashboard, the link every stack's outputs print too.
     url = f"dashboards/custom/tpuserve-serving?project={d.gcp.project}"
     assert s["dashboard_url"].endswith(url)
     table = invoke("status", "spot")

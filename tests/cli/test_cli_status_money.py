@@ -1,4 +1,4 @@
-"""`tpuserve status --json`'s money keys every kind has (issue 25): `price_usd_per_hour` (one
+"""`tpuserve status --json`'s money keys every kind has: `price_usd_per_hour` (one
 server at the stack's list price) and `spend_usd_per_hour` (what bills now), after today's
 keys, which keep their order and meaning (`usd_per_hour`: a VM's price, the fleet's spend)."""
 
@@ -13,7 +13,8 @@ from tests.cli.test_cli_fleet import CAPACITY_EVENT, Fleet, _status, fleet  # no
 from tests.cli_support import Env, invoke
 from tpuserve.gcp import kube
 
-# Today's keys, in today's order (tpuserve/ops/stack_status.py, fleet_status.py before issue 25).
+# Today's keys, in today's order (tpuserve/ops/stack_status.py, fleet_status.py before the money
+# keys).
 VM_KEYS = [
     "stack", "provisioning_model", "project", "zone", "node_name", "deployed",
     "queued_resource_state", "queued_resource_failure", "node_state", "node_health",

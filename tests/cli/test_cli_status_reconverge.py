@@ -1,4 +1,4 @@
-"""`tpuserve status --json`'s `reconverge` key (issue 24): the node watcher's last word as one
+"""`tpuserve status --json`'s `reconverge` key: the node watcher's last word as one
 definite state, {state, script_sha256, why, at}, per stack (tpuserve/ops/reconverge.py)."""
 
 from __future__ import annotations

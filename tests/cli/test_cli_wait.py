@@ -117,7 +117,7 @@ def test_boot_failure_in_guest_attributes(cli_env: Env) -> None:
 def test_timeout_exits_3_naming_the_phase(cli_env: Env) -> None:
     d = cli_env.d("spot")
     cli_env.tpu.seed_node(PROJECT, ZONE, d.node_name, state="CREATING")
-    # --timeout bounds every call too: 0 s would leave no time for the one read (issue 22).
+    # --timeout bounds every call too: 0 s would leave no time for the one read.
     result = invoke("wait", "spot", "--timeout", "2", "--poll-interval", "0.5", "--json")
     assert result.exit_code == EXIT_TIMEOUT
     assert_one_line_error(result, "timed out", "waiting for node", "CREATING")
@@ -142,7 +142,7 @@ def test_missing_node_says_deploy(cli_env: Env) -> None:
 def test_wait_timeout_bounds_a_tpu_api_that_hangs_or_trickles(
     tmp_path: Path, mode: str, stack: str,
 ) -> None:
-    """Issue 22: `wait --timeout 5` against a hanging TPU API ran 124.5 s and exited 1. Every
+    """`wait --timeout 5` against a hanging TPU API once ran 124.5 s and exited 1. Every
     TPU call ends with the wait's timeout, whatever the API does, and the exit is 3."""
     config = write_config(tmp_path / "user.toml", 8000)
     with HostileServer(mode, interval_s=0.2) as tpu_root:

@@ -1,4 +1,4 @@
-"""`smoke` and `bench` against hostile servers (issue 10 section 6): a trickle, an endless
+"""`smoke` and `bench` against hostile servers: a trickle, an endless
 answer, an absurd max_model_len each end in one-line failures, never a hang or MemoryError.
 The assertions are on the messages, not on timings."""
 
@@ -157,7 +157,7 @@ def test_bench_against_trickled_headers_is_one_line(tmp_path: Path) -> None:
 
 
 def test_smoke_timeout_bounds_each_whole_request_against_a_trickle() -> None:
-    """Issue 22: `--timeout` is seconds per request, but it was applied per read, so a /health
+    """`--timeout` is seconds per request, but it was applied per read, so a /health
     trickled one byte every 0.2 s held its check until the overall deadline (900 s by
     default). Each request now ends within --timeout, connect to last byte."""
     with HostileServer("trickle", interval_s=0.2, models_too=True) as base:

@@ -1,4 +1,4 @@
-"""The status modules keep each fact in one place (issue 25): the kind is chosen only by
+"""The status modules keep each fact in one place: the kind is chosen only by
 tpuserve.ops.status_kinds.status_kind, the dashboard link only by tpuserve.render.dashboard,
 and no status module grows past 400 lines."""
 

@@ -213,7 +213,7 @@ def test_the_entry_point_arms_and_disarms_from_its_environment(apis: Apis) -> No
     assert f"missing {ENV_QUEUE}" in err.getvalue()
 
 
-# ---------------------------------------------------------------- issue 22: the task's target
+# -------------------------------------------------------------------------- the task's target
 # Values of the arming shell that must never reach the task Cloud Tasks runs in Google's cloud.
 HOSTILE_SHELL = {
     "GOOGLE_CLOUD_QUOTA_PROJECT": "canary-quota-project",
@@ -371,7 +371,7 @@ def test_a_task_name_kept_by_cloud_tasks_is_not_taken_for_a_guard(apis: Apis) ->
     assert apis.tasks.task_names() == []
 
 
-# ---------------------------------------------------------------- issue 22: one overall deadline
+# -------------------------------------------------------------------------- one overall deadline
 
 
 @pytest.mark.parametrize(("command", "mode"), [("arm", "trickle"), ("arm", "hang"),
@@ -397,7 +397,7 @@ def test_a_run_ends_at_its_overall_deadline(apis: Apis, monkeypatch, command: st
     assert "DEADLINE_EXCEEDED" in line and "within 2 s in all (its overall deadline)" in line
 
 
-# ---------------------------------------------------------------- issue 22: a list proves nothing
+# -------------------------------------------------------------------------- a list proves nothing
 @pytest.mark.parametrize(("command", "answer", "said"), [
     ("disarm", '{"tasks": null}', "'tasks' is null, not a list"),
     ("disarm", '{"tasks": "x"}', "'tasks' is a string, not a list"),

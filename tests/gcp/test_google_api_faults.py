@@ -1,4 +1,4 @@
-"""Transient faults at the Google API edge (issue 11), through the public entry points.
+"""Transient faults at the Google API edge, through the public entry points.
 
 The fake TPU API answers faults the way Google's front end and APIs do (error JSON with or
 without `status`, Retry-After, HTML error pages, dropped connections, stalled bodies). The

@@ -302,7 +302,7 @@ def test_as_terraform_runs_it(api) -> None:
     assert api.node_json(QR_ID)["metadata"] == {"startup-script": NEW}
 
 
-# ------------------------------------------------- issue 22: give up nothing, and say so
+# ----------------------------------------------------------- give up nothing, and say so
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 RATE_LIMITED = [{"@type": ERROR_INFO, "reason": "RATE_LIMIT_EXCEEDED",

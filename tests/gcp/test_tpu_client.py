@@ -244,7 +244,7 @@ def test_run_duration_ends_in_suspended_with_the_node_deleted(clock) -> None:
         assert c.get_node(flex_here()) is None
 
 
-# ---------------------------------------------------------------- deadlines (issue 22)
+# -------------------------------------------------------------------------- deadlines
 
 
 @pytest.mark.parametrize("mode", ["trickle", "headers", "hang"])

@@ -1,4 +1,4 @@
-"""`tpuserve plan --model-config FILE` against hostile geometry files (issue 10 §6).
+"""`tpuserve plan --model-config FILE` against hostile geometry files.
 
 Each row edits the shipped Gemma 4 E2B config.json (or replaces the whole file) and expects
 exit code 2 with one `tpuserve: error:` line naming the field, the value and the rule: never

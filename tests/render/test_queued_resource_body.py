@@ -40,7 +40,7 @@ def test_build_body_is_the_documented_flex_start_shape() -> None:
             "node": {
                 "acceleratorType": "v5litepod-1",
                 "runtimeVersion": "v2-alpha-tpuv5-lite",
-                # The deployment's own network and subnet (issue 10 section 3).
+                # The deployment's own network and subnet.
                 "networkConfig": {"network": "tpuserve-net",
                                   "subnetwork": "tpuserve-net-us-west4",
                                   "enableExternalIps": True},

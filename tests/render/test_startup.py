@@ -224,7 +224,7 @@ def test_without_the_proxy_vllm_listens_on_the_public_port(variants: dict[str, D
 
 
 def test_the_node_never_calls_the_tpu_api(rendered: dict[str, Path]) -> None:
-    """The billing guard lives off the node (issue 10 section 3): no script can delete a node."""
+    """The billing guard lives off the node: no script can delete a node."""
     for name, path in rendered.items():
         text = path.read_text()
         assert "tpu.googleapis.com" not in text and "OVERRIDES_TPU" not in text, name

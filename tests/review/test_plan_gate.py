@@ -1,5 +1,5 @@
 """The plan gate: a PR's synthesized JSON is planned with a credential only if it can neither
-run a program nor print a file or a token at plan time (issue 10 §5).
+run a program nor print a file or a token at plan time.
 
 First, real terraform shows the threat: a plain `terraform plan` of a document with
 `${file(...)}` prints the file. Then a table of hostile edits of the session's synthesized

@@ -1,4 +1,4 @@
-"""The plan-review workflow's trust boundaries (issue 10 §5), read from the workflow file.
+"""The plan-review workflow's trust boundaries, read from the workflow file.
 
 actionlint and zizmor lint it in `./dev scan`; these assert what they cannot know: which job
 runs whose code, and that the one job holding a credential runs only the base branch's.

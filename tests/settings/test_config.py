@@ -235,7 +235,7 @@ def test_durations() -> None:
     assert "at most 7d" in msg
 
 
-# ---------------------------------------------------------------- strict types (issue 10 §2)
+# -------------------------------------------------------------------------- strict types
 @pytest.mark.parametrize(("section", "key", "value"), [
     ("vllm", "port", "8000"), ("vllm", "port", 8000.0), ("vllm", "port", True),
     ("vllm", "enable_prefix_caching", "off"), ("vllm", "enable_prefix_caching", 0),

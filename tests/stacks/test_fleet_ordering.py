@@ -1,4 +1,4 @@
-"""Ordering from the API's point of view (issue 23, item 2): Terraform orders resources only by
+"""Ordering from the API's point of view: Terraform orders resources only by
 references and `depends_on`; an API refuses a call that names something not yet created. This
 walks the synthesized fleet stack and fails when a resource names what another resource of the
 stack creates without a dependency path to it:

@@ -1,4 +1,4 @@
-"""Read-back drift (issue 23, item 3): the plan after a first apply of the fleet changes nothing.
+"""Read-back drift: the plan after a first apply of the fleet changes nothing.
 
 A model of what GKE and terraform-provider-google-beta v6.50.0 hand back after an apply, from
 the provider's source at that tag (google-beta/services/container/):

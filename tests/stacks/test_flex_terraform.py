@@ -345,7 +345,7 @@ REPO = REPO_ROOT
                            "provisioners default to")
 def test_the_probe_runs_with_nothing_on_path(flex, api, tmp_path) -> None:
     """A user who types `cdktf deploy flex` has neither pipenv nor our venv on PATH:
-    the synthesized program still finds the project's interpreter (issue 9)."""
+    the synthesized program still finds the project's interpreter."""
     _, doc = flex["base"]
     source = doc["data"]["external"]["qr_probe"]
     program = [untemplate(arg) for arg in source["program"]]
@@ -358,7 +358,7 @@ def test_the_probe_runs_with_nothing_on_path(flex, api, tmp_path) -> None:
     assert "generation" in json.loads(done.stdout)
 
 
-# ------------------------------------------- issue 22: converge gives up nothing silently
+# ----------------------------------------------------- converge gives up nothing silently
 def with_new_script(doc: dict[str, Any], tag: str) -> dict[str, Any]:
     """The flex stack as synthesized with another boot script (metadata only): both bodies
     and node_metadata's trigger change, the queued resource's spec_sha256 does not."""

@@ -99,7 +99,7 @@ def test_terraform_arms_re_arms_and_disarms_the_guard(synthesized, deployments, 
     tpu, tasks, clock = fakes
     d = deployments["spot"]
     # The deploying shell points the arming calls at the fakes and carries a hostile task
-    # endpoint of its own: neither may reach the task (issue 22).
+    # endpoint of its own: neither may reach the task.
     tf = Terraform(tmp_path, {"CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu.url,
                               **tasks.environ(), TOKEN_ENV: "tf-token",
                               ENV_TPU_ENDPOINT: "https://evil.p.googleapis.com/"})
@@ -147,7 +147,7 @@ def test_terraform_arms_re_arms_and_disarms_the_guard(synthesized, deployments, 
 def test_a_guard_armed_by_the_previous_stack_is_re_armed_at_googles_endpoint(
     synthesized, deployments, fakes, tmp_path: Path,
 ) -> None:
-    """State from before issue 22 (no input.tpu_endpoint; its task aimed at the shell's
+    """State from a guard without input.tpu_endpoint (its task aimed at the shell's
     override): the next apply replaces the resource, its destroy step disarms from the old
     state, and the new task calls Google's API; Google's network then deletes the node."""
     tpu, tasks, clock = fakes

@@ -72,7 +72,7 @@ def test_tpu_vm(synthesized, deployments, stack: str) -> None:
     assert vm["runtime_version"] == "v2-alpha-tpuv5-lite"
     assert vm["zone"] == "us-west4-a"
     assert vm["scheduling_config"] == {"spot": stack == "spot"}
-    # The base's network and subnet (issue 10 section 3), by name: no cross-stack reference.
+    # The base's network and subnet, by name: no cross-stack reference.
     assert vm["network_config"] == {
         "enable_external_ips": True, "network": "tpuserve-net",
         "subnetwork": "tpuserve-net-us-west4"}
@@ -247,7 +247,7 @@ def _members(res: dict[str, Any]) -> list[str]:
 
 
 def test_the_nodes_service_account_holds_no_tpu_nodes_delete(synthesized) -> None:
-    """No credential reachable from a node may delete a node (issue 10 section 3)."""
+    """No credential reachable from a node may delete a node."""
     doc = synthesized["base"]
     roles = resources(doc, "google_project_iam_custom_role")
     deleting = {f"${{google_project_iam_custom_role.{key}.name}}" for key, role in roles.items()
@@ -288,7 +288,7 @@ def test_the_billing_guard_is_a_cloud_tasks_task_armed_after_the_node(synthesize
         "queue": "projects/tpuserve-placeholder/locations/us-west4/queues/tpuserve-guard",
         "service_account": "tpuserve-guard@tpuserve-placeholder.iam.gserviceaccount.com",
         "max_run_seconds": "28800",
-        # The task's target: [gcp] tpu_api_endpoint, unset: Google's (issue 22).
+        # The task's target: [gcp] tpu_api_endpoint, unset: Google's.
         "tpu_endpoint": "https://tpu.googleapis.com/",
     }
     # A new node (unknown id at plan) re-arms; an unchanged stack plans nothing (no timestamp).

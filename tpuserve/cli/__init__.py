@@ -4,9 +4,9 @@ only when that command runs.
 Adding a command is one line: put a module here with `register(app: typer.Typer)` and add it
 to COMMANDS with the opening words of its docstring (tests/cli/test_cli_lazy.py checks they match).
 
-Start-up time is part of the interface (issue 16: `tpuserve --help` within 1.5x of a minimal
-typer app): `--help` lists COMMANDS without importing them, and a command imports only what
-it uses (httpx, aiohttp, the TPU client, matplotlib stay out of `plan`).
+Start-up time is part of the interface (bench/cli: `tpuserve --help` within 1.4x of a minimal
+two-command typer app's): `--help` lists COMMANDS without importing them, and a command imports
+only what it uses (httpx, aiohttp, the TPU client, matplotlib stay out of `plan`).
 
 Exit codes (tpuserve.ops.errors): 0 ok, 1 failed, 2 bad usage or configuration, 3 `wait`
 timed out, 130 interrupted.
@@ -19,7 +19,7 @@ import os
 from typing import NamedTuple
 
 # pydantic looks for plugins by scanning every installed distribution's entry points the first
-# time a model is built: ~25 ms of `plan`'s start-up (issue 16), for plugins this CLI never uses.
+# time a model is built: ~25 ms of `plan`'s start-up, for plugins this CLI never uses.
 # A user who wants one sets PYDANTIC_DISABLE_PLUGINS themselves; setdefault keeps their value.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 

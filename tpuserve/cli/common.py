@@ -26,7 +26,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 class _LazyConsole:
     """A rich Console built on first use: `plan --json` and other JSON paths never import rich
-    (~60 ms of start-up, issue 16)."""
+    (~60 ms of start-up)."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options

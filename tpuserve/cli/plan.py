@@ -145,7 +145,7 @@ def plan(
 
         plan_report.write_png(result, png, provisioning=d.price_key)
         err_console.print(f"wrote {png}", markup=False)
-    # What stays billed after `cdktf destroy STACK`: the deployment's base (issue 13).
+    # What stays billed after `cdktf destroy STACK`: the deployment's base.
     dormant = dormant_base()
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,

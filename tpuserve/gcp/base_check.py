@@ -1,4 +1,4 @@
-"""The checks Terraform runs around a deployment's long-lived base (issue 13), as API logic:
+"""The checks Terraform runs around a deployment's long-lived base, as API logic:
 `python -m tpuserve.base_check` (tpuserve/base_check.py: arguments, environment, output, exit
 codes and the run's deadline) calls them.
 

@@ -13,7 +13,7 @@ The task calls `https://tpu.googleapis.com/`, or the Private Service Connect end
 `[gcp] tpu_api_endpoint` (TPUSERVE_GUARD_TPU_ENDPOINT, set by the stack from the validated
 setting): never an endpoint override of the arming shell. The task runs in Google's cloud and
 Cloud Tasks sends the guard account's token with it, so a host inherited from the caller (a
-fake, a proxy) would get the token and never delete the node (issue 22). The arming calls
+fake, a proxy) would get the token and never delete the node. The arming calls
 themselves (read the node, create the task) are the caller's and follow its overrides.
 
 Used by the TPU VM stacks' `terraform_data.billing_guard` provisioners
@@ -48,7 +48,7 @@ __all__ = ["ArmResult", "CloudTasks", "GuardApi", "GuardError", "GuardTarget", "
 
 CLOUD_TASKS_API = "https://cloudtasks.googleapis.com/"
 TASKS_VERSION = "v2"
-# What follows `<node>-` in a guard task's id: the createTime epoch, then (since issue 22) an
+# What follows `<node>-` in a guard task's id: the createTime epoch, then (in newer ids) an
 # 8-hex digest of the task; ids of either form are this node's tasks.
 _TASK_SUFFIX_RE = re.compile(r"\d+(?:-[0-9a-f]{8})?")
 # Names tried for one task: a name Cloud Tasks still keeps (deleted or run within the hour)

@@ -1,6 +1,6 @@
 """Where Google's APIs are, and which scope and token variable reach them: gcloud's own
-environment variables, so one override points both gcloud and this code at a fake (issue 3,
-"Conventions"). Constants only, and no imports beyond the standard library: nothing here loads
+environment variables, so one override points both gcloud and this code at a fake.
+Constants only, and no imports beyond the standard library: nothing here loads
 an HTTP stack.
 
 - `CLOUDSDK_API_ENDPOINT_OVERRIDES_<SERVICE>` replaces a service's API root

@@ -1,4 +1,4 @@
-"""The fleet's plan-time preflight (issue 23), as API logic: `python -m tpuserve.fleet_check
+"""The fleet's plan-time preflight, as API logic: `python -m tpuserve.fleet_check
 preflight` (tpuserve/fleet_check.py: stdin, output, exit codes, the one deadline), run by the
 fleet stack's `data.external.fleet_preflight` before any of its resources exists, calls it.
 

@@ -43,7 +43,7 @@ APPLY = ("apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD
          "-f", "-")
 DELETE = ("delete", "--ignore-not-found", "--wait=true", "--timeout=20m", "-f", "-")
 CRD_WAIT = ("wait", "--for=condition=Established", "-f", "-")  # + --timeout=<what is left>
-# The apply, all its calls included, ends within this bound (issue 23): past it the k8s_bundle
+# The apply, all its calls included, ends within this bound: past it the k8s_bundle
 # step fails in one line naming what is still missing, Terraform keeps it tainted, and the next
 # `cdktf deploy fleet` applies again.
 APPLY_BOUND_S = 15 * 60

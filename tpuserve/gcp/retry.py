@@ -1,4 +1,4 @@
-"""The one retry policy and loop for every Google call (issue 11): the REST edge
+"""The one retry policy and loop for every Google call: the REST edge
 (tpuserve.gcp.api.GoogleApi) and the google-cloud-tpu node calls (tpuserve.gcp.tpu.nodes) both
 retry transient answers (TRANSIENT_CODES, a dropped connection, a timeout) through
 `call_with_retry` under a `RetryPolicy`."""
@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from tpuserve.contracts import TIME_SCALE_ENV
 
-# The one list of transient answers (issue 11): throttling and Google-side errors. Both the
+# The one list of transient answers: throttling and Google-side errors. Both the
 # REST path (GoogleApi) and the google-cloud-tpu node path (tpuserve.gcp.tpu.nodes) use it.
 TRANSIENT_CODES = frozenset({429, 500, 502, 503, 504})
 # A TPU create answered 429 means quota, not load: retrying it only delays the real error.
@@ -37,7 +37,7 @@ class RetryPolicy:
     max_retry_after_s: float = 60.0  # a server's Retry-After is honoured up to this
     deadline_s: float = 120.0  # one logical call, its retries included
     # A retry is not started with less than this left before the deadline: it would be cut,
-    # and the failure it repeats says more than the cut (issue 22).
+    # and the failure it repeats says more than the cut.
     min_try_s: float = 1.0
     transient_codes: frozenset[int] = TRANSIENT_CODES
     time_scale: float = 1.0  # tests: TPUSERVE_TIME_SCALE

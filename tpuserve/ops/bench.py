@@ -148,7 +148,7 @@ def _cell_json(c: CellStats, usd_per_hour: Mapping[str, float]) -> dict[str, Any
         "tpot_ms": _r(c.tpot_ms, 3),
         "per_stream_tokens_per_s": _r(c.per_stream_tokens_per_s),
         "prompt_tokens_mean": _r(c.prompt_tokens_mean, 1),
-        # vllm bench serve's per-request metrics (README "Benchmark metrics"), mean over reps.
+        # vllm bench serve's per-request metrics (docs/cli.md, "Benchmark metrics"), mean over reps.
         **{f: _r(c.mean_of(f), 3) for f in VLLM_METRICS},
         "requests": c.requests,
         "errors": c.errors,

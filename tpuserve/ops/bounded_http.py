@@ -2,12 +2,12 @@
 
 `smoke` and `bench` talk to servers the user points them at: a server that trickles one byte
 every few seconds, streams forever or answers gigabytes must end in a one-line failure within
-the deadline, never a hang or a MemoryError (issue 10 section 6). httpx bounds each read, not
+the deadline, never a hang or a MemoryError. httpx bounds each read, not
 a whole answer, so every client of `server.http_client` goes through `BoundedTransport`:
 
 - each request, from connect to its last byte, ends within its own timeout (`total_s`) and
-  what is left of the deadline, whichever is sooner (issue 22: a server trickling one byte
-  per read timeout held `smoke --timeout 5` until the 900 s deadline); it runs in a worker
+  what is left of the deadline, whichever is sooner (a server trickling one byte
+  per read timeout once held `smoke --timeout 5` until the 900 s deadline); it runs in a worker
   (tpuserve.bounded_call.within) whose connection is shut when the time is up;
 - before a request, every socket timeout is shortened to that bound (plus half a second);
 - while the body comes in, each read counts against `max_bytes` and checks the deadline;

@@ -1,4 +1,4 @@
-"""Which settings the running server actually uses (issue 13).
+"""Which settings the running server actually uses.
 
 The boot script records guest attribute `config` = `<UTC time> argv_sha256=<16 hex>` when it
 starts vLLM: tpuserve.render.vllm_args.served_config_sha256 of the image, argv and env it

@@ -22,10 +22,10 @@ from .status_model import format_duration
 
 # Node states that end a node's life: only a new node (a redeploy) brings the server back.
 LOST_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING"})
-# Spot: issue 5's recover deletes and redeploys. A TERMINATED spot VM cannot be started again,
-# so it is recovered the same way as a PREEMPTED one (issue 11).
+# Spot: `tpuserve recover` deletes and redeploys. A TERMINATED spot VM cannot be started again,
+# so it is recovered the same way as a PREEMPTED one.
 RECOVERABLE_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED"})
-RECOVERABLE_QR_STATES = frozenset({"SUSPENDED", "FAILED"})  # flex: issue 5's recover
+RECOVERABLE_QR_STATES = frozenset({"SUSPENDED", "FAILED"})  # flex: `tpuserve recover`
 
 End = tuple[dt.datetime | None, str]  # when the node stops billing by itself, and the rule
 

@@ -149,7 +149,7 @@ def served_certificate(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> b
 
     try:
         # The socket timeout bounds each read; a handshake trickled byte by byte is bounded
-        # as a whole (issue 22), its socket shut when the time is up.
+        # as a whole, its socket shut when the time is up.
         der = within(timeout_s, fetch, expired, cut=cut)
     except (OSError, ssl.SSLError) as exc:
         raise OpsError(

@@ -5,7 +5,7 @@ boot script reports `ready`) -> GET /health answers 200. A dead end fails at onc
 reason: a FAILED/SUSPENDED queued resource, a PREEMPTED (or otherwise lost) node, a boot
 failure the boot script recorded. Clock and sleep are injectable; nothing here prints.
 
-The timeout bounds every call beneath it (issue 22): the TPU client's calls run under it
+The timeout bounds every call beneath it: the TPU client's calls run under it
 (each try, its retries), and so does /health when the caller's client has the same deadline
 (tpuserve wait). A TPU read that fails transiently or is cut by the timeout is not a verdict:
 the wait polls again, and at the timeout exits 3 naming the phase and the last thing seen.

@@ -1,4 +1,4 @@
-"""The Hugging Face config.json fields the planner reads, validated strictly (issue 10 §6).
+"""The Hugging Face config.json fields the planner reads, validated strictly.
 
 A geometry file is input from anywhere (`plan --model-config FILE`, capacity.model_geometry):
 every field is a strict integer (JSON `true` is not 1, `35.0` is not 35) inside bounds far

@@ -35,7 +35,7 @@ def duration_json(seconds: int) -> str:
 
 
 def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
-    """The v2alpha1 QueuedResource create body for a flex deployment (issue 3's shape)."""
+    """The v2alpha1 QueuedResource create body for a flex deployment."""
     if not d.kind.queued_resource:
         raise ValueError(
             f"stack.provisioning_model = {d.stack.provisioning_model!r}: a queued-resource body "
@@ -53,7 +53,7 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
                     "node": {
                         "acceleratorType": d.tpu.accelerator_type,
                         "runtimeVersion": d.tpu.runtime_version,
-                        # Raw REST without enableExternalIps means no external IP (issue 3).
+                        # Raw REST without enableExternalIps means no external IP.
                         "networkConfig": network_config(d),
                         "shieldedInstanceConfig": {"enableSecureBoot": True},
                         "metadata": node_metadata(startup_script),
@@ -74,8 +74,8 @@ def build_body(d: Deployment, startup_script: str) -> dict[str, Any]:
 
 
 def network_config(d: Deployment) -> dict[str, Any]:
-    """The node's networkConfig: the deployment's own network and subnet (issue 10 section
-    3), or the network the user brings (gcp.network)."""
+    """The node's networkConfig: the deployment's own network and subnet, or
+    the network the user brings (gcp.network)."""
     out: dict[str, Any] = {"network": d.network_name}
     if d.subnet_name:
         out["subnetwork"] = d.subnet_name

@@ -1,4 +1,4 @@
-"""What each Terraform change does to the RUNNING server (issue 13). Pure.
+"""What each Terraform change does to the RUNNING server. Pure.
 
 A VM stack's node (`google_tpu_v2_vm.tpu_node`) takes a `metadata` change in place, and the
 node notices its changed boot script and re-runs it (idempotent): vLLM restarts on the same

@@ -3,7 +3,7 @@
 The plan-review workflow synthesizes the PR in a job with no credential; the job that holds
 the read-only plan identity runs only the BASE branch's code, and plans the PR's JSON only if
 this gate (base code) passes it. `terraform plan` runs no local-exec provisioner, but a
-synthesized document can still make it run or reveal things (issue 10 §5):
+synthesized document can still make it run or reveal things:
 
 - `data "external"` runs its `program` at plan time: the program and working_dir must be
   exactly one the base synthesized (its `query` is data on the program's stdin);

@@ -64,7 +64,7 @@ def jsii_cache_root(environ: Mapping[str, str]) -> str | None:
     """The user's jsii package cache (where jsii itself puts it on Linux), or None.
 
     Shared with the sandbox on purpose: a fresh one costs 10.6 s and 349 MB per synth instead
-    of 1.9 s (measured, issue 10 §5). It holds extracted npm packages, no credential.
+    of 1.9 s (measured when the sandbox was built). It holds extracted npm packages, no credential.
     """
     if environ.get("JSII_RUNTIME_PACKAGE_CACHE_ROOT"):
         return environ["JSII_RUNTIME_PACKAGE_CACHE_ROOT"]

@@ -5,7 +5,7 @@ network, the node and billing-guard service accounts with their grants, the two 
 secrets, the compile-cache bucket and the weights bucket. Serving stacks (`spot`, `ondemand`,
 `flex`) hold only their compute and find the base by these deterministic names: no cross-stack
 reference, so `cdktf deploy flex` and `cdktf destroy flex` work alone and keep the cache and the
-secrets (issue 13).
+secrets.
 
 Every name starts with the deployment name, so two deployments (say `dev` and `prod`, one config
 file each) live side by side in one project. The default deployment keeps the state paths and

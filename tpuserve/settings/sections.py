@@ -55,7 +55,7 @@ class GcpSettings(StrictModel):
     # Where the billing guard's Cloud Tasks task calls the TPU API: unset, Google's production
     # root; set, a Private Service Connect endpoint (https://NAME.p.googleapis.com/). Never the
     # caller's CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU: the task runs in Google's cloud with the
-    # guard account's token (issue 22).
+    # guard account's token.
     tpu_api_endpoint: str | None = None
 
     @field_validator("tpu_api_endpoint")

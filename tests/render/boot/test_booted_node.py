@@ -132,7 +132,7 @@ def test_a_rerun_is_idempotent_and_keeps_the_healthy_server(booted: Booted) -> N
     assert attrs["cache_publish"].startswith("unchanged files=6")
     assert _between(booted.cloud.storage.calls_of("upload"), since, until) == []
     # Three boots, and not one call to the TPU API: no credential on the node may delete a
-    # node (issue 10 section 3), so the node has no reason to call it.
+    # node, so the node has no reason to call it.
     assert booted.cloud.tpu.calls() == []
 
 

@@ -1,4 +1,4 @@
-"""Issue 24, class 1: a check that detects a hole closes it, and only a script that reached
+"""A check that detects a hole closes it, and only a script that reached
 readiness is applied. The real boot script under bash against the fakes; the proxy is Debian's
 real nginx in the fake docker when it is installed (tests/fakes/docker)."""
 

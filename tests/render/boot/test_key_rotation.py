@@ -1,4 +1,4 @@
-"""Issue 24, class 5: a key can be rotated and revoked on a running node. The watcher runs the
+"""A key can be rotated and revoked on a running node. The watcher runs the
 key refresher a boot leaves (STATE_DIR/refresh_key.sh) at most every KEY_REFRESH_S (300 s,
 scaled): it reads the API-key secret's latest version and, when it changed, rewrites the
 proxy's rule in place and reloads nginx (Debian's real nginx in the fake docker when it is

@@ -1,4 +1,4 @@
-"""Issue 24, class 2: a reboot converges like a first boot. dockerd restarts the
+"""A reboot converges like a first boot. dockerd restarts the
 --restart unless-stopped containers at boot, before the startup script and before the secrets
 tmpfs exists: the fake docker's `__daemon_start__` emulates it from docker's documented
 behaviour (missing -v bind sources created as empty directories, moby#21390; a crash loop

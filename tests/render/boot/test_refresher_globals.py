@@ -1,4 +1,4 @@
-"""Issue 24, class 5 (its drift): the key refresher (STATE_DIR/refresh_key.sh) carries every
+"""Key rotation's drift: the key refresher (STATE_DIR/refresh_key.sh) carries every
 function of the boot (declare -f) but only a listed set of its variables, and runs under
 set -u. A global added to lib.sh and read by a function the refresher may call, but missing
 from install_refresher's list, kills the refresher on a path a rotation test may not take

@@ -1,8 +1,8 @@
 """The one client for the TPU API: queued resources over REST v2alpha1 (through the Google API
-edge, tpuserve.gcp.api; google-cloud-tpu cannot express flex-start, issue 3) and nodes with
+edge, tpuserve.gcp.api; google-cloud-tpu cannot express flex-start) and nodes with
 their guest attributes through google-cloud-tpu. One retry policy serves both halves.
 
-Transient faults never cost a queue position (issue 11): every call is retried by the edge's
+Transient faults never cost a queue position: every call is retried by the edge's
 policy within the command's timeout; a wait whose reads keep failing polls again (state
 UNREADABLE) until that timeout; and a create deletes what it made only on a definitive outcome
 (FAILED/SUSPENDED, or the create operation refused the spec). Otherwise it leaves the QR in the
@@ -55,7 +55,7 @@ ACCEPT_TIMEOUT_S = 600.0
 DELETE_TIMEOUT_S = 1800.0
 CLEANUP_TIMEOUT_S = 600.0
 # A refused delete comes as 400, 409 or 412, with or without a status: the QR's own state, read
-# after the refusal, says whether waiting helps (issue 11).
+# after the refusal, says whether waiting helps.
 DELETE_REFUSAL_CODES = frozenset({400, 409, 412})
 
 class _Definitive(Exception):

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the provisioner path must not pay for pydantic
 
 QR_PROG = QUEUED_RESOURCE.prog  # the provisioners' command, as a hint names it
 
-API_VERSION = "v2alpha1"  # the only version with provisioningModel / runDuration (issue 3)
+API_VERSION = "v2alpha1"  # the only version with provisioningModel / runDuration
 MISSING = "MISSING"  # pseudo-state: the QR does not exist
 
 # QR states (v2alpha1 QueuedResourceState.State, plus WAITING_FOR_RESOURCES from the docs).
