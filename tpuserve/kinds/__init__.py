@@ -7,7 +7,8 @@ kinds (the stack names, the settings' Literals, the CLI's help and errors, the p
 keys, the fleet's node-pool models) is derived from KINDS; tests/test_kinds.py fails on a kind
 string compared anywhere else.
 
-This package is the bottom layer: it imports nothing of the project, so the settings, the
+This package is the bottom layer: it imports nothing of the project but tpuserve.contracts (the
+resource type names its summary lines read; standard library only), so the settings, the
 planner, the renderers, ops and the CLI's start-up read it for free. Behaviour that needs a
 layer above (the stack class under stacks/, recovery and waiting under ops/) is named here and
 dispatched there: `stack_class` is a "module:Class" string that main.py imports, and ops
