@@ -14,9 +14,9 @@ from rich.console import Console
 
 from tests.cli_support import API_KEY, assert_one_line_error, invoke, is_png
 from tests.fakes.openai_server import FakeConfig, FakeOpenAIServer
-from tpuserve.ops import bench_report, loadgen, prompts
+from tpuserve.ops import bench_report, chat_stream, loadgen, prompts
 from tpuserve.ops.bench_stats import CellStats, cv, percentile, rep_stats
-from tpuserve.ops.loadgen import RequestRecord, SseParser
+from tpuserve.ops.chat_stream import RequestRecord, SseParser
 from tpuserve.planner.arithmetic import load_throughput, usd_per_million_tokens
 
 MODEL = "google/gemma-4-E2B-it"
@@ -126,8 +126,8 @@ STREAM = (
 )
 
 
-def _parse(pieces: list[bytes]) -> tuple[list[bytes], loadgen._Tally]:
-    parser, tally, events = SseParser(), loadgen._Tally(), []
+def _parse(pieces: list[bytes]) -> tuple[list[bytes], chat_stream._Tally]:
+    parser, tally, events = SseParser(), chat_stream._Tally(), []
     for i, piece in enumerate(pieces):
         for payload in parser.feed(piece):
             events.append(payload)
@@ -164,14 +164,14 @@ def test_sse_split_into_random_pieces_keeps_usage_and_times() -> None:
 
 
 def test_error_event_mid_stream_is_a_stream_error() -> None:
-    tally = loadgen._Tally()
+    tally = chat_stream._Tally()
     tally.event(b'{"choices":[{"delta":{"content":"a"}}]}', 0.0)
-    with pytest.raises(loadgen.StreamError, match=r"server error in stream: .*overloaded"):
+    with pytest.raises(chat_stream.StreamError, match=r"server error in stream: .*overloaded"):
         tally.event(b'{"error":{"message":"engine overloaded","code":503}}', 1.0)
 
 
 def test_itl_and_end_follow_vllm_bench_serve() -> None:
-    tally = loadgen._Tally()
+    tally = chat_stream._Tally()
     tally.event(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}', 0.5)
     for t, text in ((1.0, "a"), (1.5, "b"), (2.5, "")):
         tally.event(b'{"choices":[{"delta":{"content":"%s"}}]}' % text.encode(), t)

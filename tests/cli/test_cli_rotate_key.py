@@ -18,7 +18,7 @@ from tests.cli_support import PROJECT, Env, assert_one_line_error, ga, invoke
 from tests.fakes.secretmanager import FakeSecretManager
 from tpuserve.gcp.secret_versions import crc32c
 from tpuserve.ops.key_rotation import KEY_RE
-from tpuserve.render.boot_script import BOOT_HELPER
+from tpuserve.render.boot_script import boot_helper_text
 
 OLD_KEY = b"tpk-old-0123456789abcdef"
 
@@ -153,7 +153,7 @@ def test_an_unusable_key_file_is_one_line_before_any_call(
 
 
 def test_the_cli_key_rule_is_the_node_proxys() -> None:
-    assert f'KEY_RE = r"{KEY_RE}"' in BOOT_HELPER.read_text()
+    assert f'KEY_RE = r"{KEY_RE}"' in boot_helper_text()
 
 
 def test_the_fake_refuses_an_add_version_the_api_would_refuse(

@@ -16,6 +16,7 @@ import shlex
 import socket
 import ssl
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 from tests.fakes.vllm_routes import Upstream
 from tests.nginx_support import NGINX
 from tests.ports import free_port
-from tpuserve.render.boot_script import BOOT_HELPER, render_startup
+from tpuserve.render.boot_script import boot_helper_text, render_startup
 from tpuserve.render.proxy_conf import ProxyLayout, render_nginx_conf
 from tpuserve.settings import load
 
@@ -105,14 +106,23 @@ def boot_function(script: str, name: str) -> str:
     return m[0]
 
 
+def write_helper(folder: Path) -> Path:
+    """FOLDER/boot_helper.py: the helper the script carries, as the boot writes it."""
+    path = folder / "boot_helper.py"
+    path.write_text(boot_helper_text())
+    return path
+
+
 def run_boot_functions(script: str, body: str) -> None:
     """Run the boot script's own nginx_key_include and tls_cert (no metadata server: the
     certificate gets 127.0.0.1 alone; the helper they run is the file the script carries)."""
-    prelude = ("set -euo pipefail\nMETA_HOST=127.0.0.1:9\nlog() { :; }\n"
-               "fail() { echo \"$*\" >&2; exit 1; }\ntmo() { echo 1; }\n"
-               f"HELPER={shlex.quote(str(BOOT_HELPER))}\n")
-    code = prelude + "".join(boot_function(script, n) for n in ("nginx_key_include", "tls_cert"))
-    subprocess.run(["bash", "-c", code + body], check=True, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as folder:
+        prelude = ("set -euo pipefail\nMETA_HOST=127.0.0.1:9\nlog() { :; }\n"
+                   "fail() { echo \"$*\" >&2; exit 1; }\ntmo() { echo 1; }\n"
+                   f"HELPER={shlex.quote(str(write_helper(Path(folder))))}\n")
+        code = prelude + "".join(boot_function(script, n)
+                                 for n in ("nginx_key_include", "tls_cert"))
+        subprocess.run(["bash", "-c", code + body], check=True, capture_output=True, text=True)
 
 
 def worker_user() -> str:
@@ -294,7 +304,7 @@ def test_the_boot_bypass_check_passes_against_the_real_nginx(proxy: Proxy,
     code = ("set -euo pipefail\ntmo() { echo 5; }\nphase() { echo \"phase $*\"; }\n"
             "close_port() { echo \"FAILED: $*\"; exit 1; }\n"
             f"SECRETS_DIR={shlex.quote(str(tmp_path))}\n"
-            f"HELPER={shlex.quote(str(BOOT_HELPER))}\n"
+            f"HELPER={shlex.quote(str(write_helper(tmp_path)))}\n"
             f"PROBE_BASE={base}\nPROBE_TLS=({tls_args})\n" + probes[0]
             + boot_function(script, "key_code") + boot_function(script, "bypass_check")
             + "bypass_check\n")

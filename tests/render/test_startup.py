@@ -16,14 +16,16 @@ import pytest
 from tests.render.boot.support import cache_object
 from tpuserve import contracts, facts
 from tpuserve.ops import boot_phases
+from tpuserve.paths import REPO_ROOT, TEMPLATE_DIR
 from tpuserve.render.boot_script import (
-    BOOT_HELPER,
+    BOOT_HELPER_PARTS,
     CACHE_GET_MAX_S,
     CACHE_OBJECT_PREFIX,
     GUEST_ATTRIBUTE_KEYS,
     GUEST_ATTRIBUTE_NAMESPACE,
     READY_TIMEOUT_S,
     _env,
+    boot_helper_text,
     render_startup,
     startup_context,
     vllm_command,
@@ -32,6 +34,7 @@ from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
 from tpuserve.settings import Deployment
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+RUFF = Path(sys.executable).parent / "ruff"
 # The environment the script may read: Google's own override names, the one path prefix, the
 # test-only time knobs, and bash's own variables. Anything else would be an undocumented input.
 ALLOWED_ENV = {
@@ -301,11 +304,23 @@ def test_the_guest_attribute_keys_are_one_list() -> None:
 def test_the_helper_is_carried_verbatim_and_holds_no_config_value(
     rendered: dict[str, Path],
 ) -> None:
-    helper = BOOT_HELPER.read_text()
+    helper = boot_helper_text()
     assert "{{" not in helper and "'" not in helper  # static, and held without quote escapes
     for name, path in rendered.items():
         got = _settings_and_helper(path)
         assert got == helper.rstrip("\n"), name
+
+
+def test_the_helper_joined_from_its_parts_is_one_ruff_clean_program() -> None:
+    # `ruff check .` skips the parts (alone, each names what another imports): the program the
+    # node runs is checked whole here, under the repository's rules.
+    for part in BOOT_HELPER_PARTS:
+        assert part.read_text().endswith("\n"), f"{part}: the next part would join its last line"
+    proc = subprocess.run(
+        [str(RUFF), "check", "--no-cache", "--stdin-filename",
+         str(TEMPLATE_DIR / "boot" / "boot_helper.py"), "-"],
+        input=boot_helper_text(), capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _settings_and_helper(script: Path) -> str:

@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .loadgen import RequestRecord
+from .chat_stream import RequestRecord
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -22,7 +22,7 @@ from .boot_phases import NAMESPACE
 from .errors import EXIT_FAILED, EXIT_TIMEOUT, EXIT_USAGE, OpsError
 from .stack_status import LOST_NODE_STATES, TpuSource
 
-# What the node's proxy accepts as a key (templates/boot/boot_helper.py KEY_RE: nothing
+# What the node's proxy accepts as a key (KEY_RE of templates/boot/boot_helper/commands.py: nothing
 # nginx would read as syntax); a key outside it would fail the node's next boot.
 KEY_RE = r"[A-Za-z0-9._~+/=-]{16,512}"
 PREFIX_HEX = 12  # what the node reports (key_sha in templates/boot/secrets.sh.j2)

@@ -1,6 +1,6 @@
 """The node watcher's `reconverge` guest attribute, read as one definite state.
 
-The watcher (templates/boot/boot_helper.py, Watcher) writes `<UTC time> WORDS`, WORDS one of:
+The watcher (templates/boot/boot_helper/watcher.py) writes `<UTC time> WORDS`, WORDS one of:
 
   watching etag=E                             started, nothing applied yet
   changed sha256=HEX etag=E                   a new script in metadata, about to run

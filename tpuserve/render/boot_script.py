@@ -3,7 +3,8 @@
 One script on the node, authored in parts: templates/boot/startup.sh.j2 (the header and the
 settings block, the only place a config value lands) includes lib, secrets, proxy, cache,
 containers, metrics, readiness and main (templates/boot/*.sh.j2, plain bash), and carries the
-static Python helper templates/boot/boot_helper.py. The script's own header documents what it
+static Python helper (boot_helper_text: one program on the node, authored in the parts under
+templates/boot/boot_helper/). The script's own header documents what it
 reads (endpoint overrides, TPUSERVE_ROOT), the paths it writes and the guest attributes it records
 (namespace `GUEST_ATTRIBUTE_NAMESPACE`, keys `GUEST_ATTRIBUTE_KEYS`).
 """
@@ -35,9 +36,13 @@ from tpuserve.settings import Deployment
 # vLLM's own port when the API-key proxy owns the public one (loopback only).
 VLLM_BACKEND_PORT = 8001
 PROXY_CONTAINER_NAME = "tpuserve-proxy"
-# The entry template, and the helper it carries (static text, no config value).
+# The entry template, and the helper it carries (static text, no config value): one file,
+# boot_helper.py, on the node (and in the fleet's ConfigMap), authored in parts by concern (the
+# header, imports and one-shot subcommands; the watcher's bounds and its bounded HTTP request;
+# the watcher and the subcommand table) that join, in this order, into it.
 BOOT_TEMPLATE = "boot/startup.sh.j2"
-BOOT_HELPER = TEMPLATE_DIR / "boot" / "boot_helper.py"
+BOOT_HELPER_PARTS = tuple(TEMPLATE_DIR / "boot" / "boot_helper" / name
+                          for name in ("commands.py", "watch_bounds.py", "watcher.py"))
 # Compile-cache objects in the stack's bucket: PREFIX + <cache key>-<12 hex of the image
 # digest> + ".tar.gz". The cache key is computed here, once (vllm_args.compile_cache_key); the
 # image's part is only known at boot, and only the script adds it (cache_select).
@@ -48,6 +53,12 @@ READY_TIMEOUT_S = int(round(2.8 * COLD_START_S, -2))
 # A cache download is abandoned after this long: a restore may never cost more than the warm
 # cache saves (COLD_START_S - WARM_START_S), with room for the tries' pauses.
 CACHE_GET_MAX_S = int(COLD_START_S - WARM_START_S) * 2 // 3
+
+
+def boot_helper_text() -> str:
+    """The node's boot_helper.py: its parts joined in order (each ends with a newline)."""
+    return "".join(part.read_text() for part in BOOT_HELPER_PARTS)
+
 
 def sh_quote(value: object) -> str:
     """Always single-quoted (shellcheck reads a bare us-west4-a as arithmetic)."""
@@ -98,7 +109,7 @@ def startup_context(d: Deployment, *, backend_port: int = VLLM_BACKEND_PORT) -> 
         "cache_get_max_s": CACHE_GET_MAX_S,
         "ready_timeout_s": READY_TIMEOUT_S,
         "ga_namespace": GUEST_ATTRIBUTE_NAMESPACE,
-        "boot_helper": BOOT_HELPER.read_text(),
+        "boot_helper": boot_helper_text(),
     }
     ctx["nginx_conf"] = render_nginx_conf(
         public_port=d.vllm.port, backend_port=backend_port, tls=ctx["tls"] == "self-signed",

@@ -34,11 +34,11 @@ from tpuserve.facts import COLD_START_S
 from tpuserve.kinds import POOL_MODELS
 from tpuserve.paths import TEMPLATE_DIR
 from tpuserve.render.boot_script import (
-    BOOT_HELPER,
     CACHE_GET_MAX_S,
     CACHE_OBJECT_PREFIX,
     READY_TIMEOUT_S,
     VLLM_BACKEND_PORT,
+    boot_helper_text,
 )
 from tpuserve.render.proxy_conf import NODE_LAYOUT, render_nginx_conf
 from tpuserve.render.templates import environment
@@ -242,7 +242,7 @@ def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
         metrics_allow=(d.fleet.pods_cidr,),
     )
     helper = FLEET_HELPER.read_text()
-    boot_helper = BOOT_HELPER.read_text()
+    boot_helper = boot_helper_text()
     files_sha = hashlib.sha256(
         json.dumps([nginx_conf, helper, boot_helper]).encode()).hexdigest()[:16]
     secret = "projects/{}/secrets/{}/versions/latest".format

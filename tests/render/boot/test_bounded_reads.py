@@ -1,6 +1,7 @@
 """Every read on the node is bounded as a whole, not per recv: an answer that drips a byte at a
 time (the fakes' drip modes, tests/fakes/hostile_server.py) ends at the read's deadline
-(templates/boot/boot_helper.py bounded_get; curl's --max-time in lib.sh.j2)."""
+(the boot helper's bounded_get, templates/boot/boot_helper/watch_bounds.py; curl's --max-time
+in lib.sh.j2)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,27 @@ import importlib.util
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from tests.fakes.hostile_server import HostileServer
 from tests.fakes.metadata import ATTRIBUTES_PREFIX, TOKEN_PATH
-from tests.render.boot.support import NAMESPACE, REPO, Cloud, wait_for
+from tests.render.boot.support import NAMESPACE, Cloud, wait_for
+from tpuserve.render.boot_script import boot_helper_text
 
 KEY = "startup-script"
 HANG = 60.0  # seconds a bounded read may not come near (its bound is 2 s here, 11 s booted)
 
 
 @pytest.fixture
-def helper(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """boot_helper.py as a module, with the poll's grace cut to 1 s (its bound: 1 + 1 s)."""
-    spec = importlib.util.spec_from_file_location(
-        "boot_helper_under_test", REPO / "templates" / "boot" / "boot_helper.py")
+def helper(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleType]:
+    """boot_helper.py (the text the script carries) as a module, with the poll's grace cut to
+    1 s (its bound: 1 + 1 s)."""
+    path = tmp_path / "boot_helper.py"
+    path.write_text(boot_helper_text())
+    spec = importlib.util.spec_from_file_location("boot_helper_under_test", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
