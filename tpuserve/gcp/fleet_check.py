@@ -192,7 +192,7 @@ def check_versions(q: Query, api: GoogleApi, findings: Findings,
         findings.failures.append(
             f"cannot check {what}: the server config lists no valid versions for the channel; "
             "nothing proves the cluster can be created at "
-            f"{q.floor} (tpuserve/gcp/fleet_check.py MIN_MASTER_VERSION), plan again later")
+            f"{q.floor} (tpuserve/contracts.py MIN_MASTER_VERSION), plan again later")
         return
     if q.floor in offered:
         return
@@ -201,7 +201,7 @@ def check_versions(q: Query, api: GoogleApi, findings: Findings,
                     and gv >= floor), key=lambda v: gke_version(v) or ())
     if above:
         fix = (f"it offers {', '.join(above[:3])}: raise MIN_MASTER_VERSION in "
-               "tpuserve/gcp/fleet_check.py to one of them")
+               "tpuserve/contracts.py to one of them")
     else:
         fix = ("it offers nothing at or above it (the InferencePool CRD needs it): set "
                "fleet.release_channel to a channel that does (RAPID is first to get it)")

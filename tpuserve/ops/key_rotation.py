@@ -56,7 +56,8 @@ def read_key_file(path: Path) -> bytes:
     if not re.fullmatch(KEY_RE, text):
         raise OpsError(f"--key-file {path}: the API key must be 16-512 characters of "
                        "A-Z a-z 0-9 . _ ~ + / = - (the node's proxy rule, "
-                       "templates/boot/boot_helper.py KEY_RE; e.g. openssl rand -base64 32)",
+                       "templates/boot/boot_helper/commands.py KEY_RE; e.g. "
+                       "openssl rand -base64 32)",
                        exit_code=EXIT_USAGE)
     return data
 
