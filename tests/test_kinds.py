@@ -55,6 +55,73 @@ def kind_comparisons(source: str) -> list[tuple[int, str]]:
     return found
 
 
+def kind_lists(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every literal tuple, list or set, and every dict's keys, that name two
+    or more kinds: a list of kinds kept apart from the registry (a loop over it, a table keyed
+    by it, a `match` over its names) is what a new kind would miss."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            elts: list[ast.expr | None] = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            elts = list(node.keys)
+        elif isinstance(node, ast.Match):
+            elts = [c.pattern.value for c in node.cases if isinstance(c.pattern, ast.MatchValue)]
+        else:
+            continue
+        if len({e.value for e in elts if e is not None and _kind_literal(e)}) >= 2:
+            found.append((node.lineno, ast.unparse(node)[:100]))
+    return found
+
+
+# Data keyed by the kinds' own keys, allowed where each row is a fact of its own source (a
+# measured price, Google's quota metric) or a setting's default; the test below holds each to
+# the registry, so a new kind fails it until its row is added.
+DATA_KEYED_BY_KIND = {
+    "tpuserve/facts.py": "PRICES_USD_PER_CHIP_HOUR: SPEC 2's price per price key",
+    "tpuserve/gcp/fleet_query.py": "QUOTA_METRICS: GKE's quota metric per node-pool model",
+    "tpuserve/settings/fleet.py": "fleet.provisioning's default: a list of pool models",
+}
+
+
+def test_no_list_of_kinds_outside_the_registry() -> None:
+    offenders = [f"{p.relative_to(REPO_ROOT)}:{line}: {text}" for p in _sources()
+                 if p.relative_to(REPO_ROOT).as_posix() not in DATA_KEYED_BY_KIND
+                 for line, text in kind_lists(p.read_text(encoding="utf-8"))]
+    assert not offenders, "derive the list from tpuserve/kinds:\n" + "\n".join(offenders)
+
+
+def test_the_data_keyed_by_kind_covers_the_registry() -> None:
+    from tpuserve.facts import PRICES_USD_PER_CHIP_HOUR
+    from tpuserve.gcp.fleet_query import QUOTA_METRICS
+    from tpuserve.settings.fleet import FleetSettings
+
+    assert set(kinds.PRICE_KEYS) <= set(PRICES_USD_PER_CHIP_HOUR)
+    assert all(set(row) == set(kinds.POOL_MODELS) for row in QUOTA_METRICS.values())
+    assert set(FleetSettings().provisioning) <= set(kinds.POOL_MODELS)
+    for path in DATA_KEYED_BY_KIND:  # each still holds such a table: the list cannot go stale
+        assert kind_lists((REPO_ROOT / path).read_text(encoding="utf-8")), path
+
+
+@pytest.mark.parametrize("code", [
+    'for m in ("spot", "flex", "ondemand"): pass',
+    'x = {"flex": "tpu-flex", "spot": "tpu-spot"}',
+    'match m:\n    case "spot": pass\n    case "flex": pass',
+    'x = ["fleet", "ondemand"]',
+])
+def test_the_scan_finds_a_list_of_kinds(code: str) -> None:
+    assert kind_lists(code)
+
+
+@pytest.mark.parametrize("code", [
+    'x = ("spot", 1)',
+    'x = {"spot": True}',
+    'x = ("system", "tpu")',
+])
+def test_the_list_scan_lets_one_kind_by_name_be(code: str) -> None:
+    assert not kind_lists(code)
+
+
 def test_no_kind_is_compared_by_name_outside_the_registry() -> None:
     offenders = [f"{p.relative_to(REPO_ROOT)}:{line}: {text}" for p in _sources()
                  for line, text in kind_comparisons(p.read_text(encoding="utf-8"))]

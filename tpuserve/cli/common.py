@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from tpuserve.kinds import STACK_NAMES
+from tpuserve.kinds import KINDS, STACK_NAMES
 from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError, one_line
 from tpuserve.settings import ConfigError, Deployment, load
 
@@ -205,8 +205,8 @@ def resolve_target(
         raise OpsError("--fingerprint and --cacert go with --endpoint; a stack's certificate "
                        "is pinned from its node's guest attributes", exit_code=EXIT_USAGE)
     if not stack:
-        raise OpsError("give a STACK (spot, ondemand, flex) or --endpoint URL",
-                       exit_code=EXIT_USAGE)
+        vms = ", ".join(k.name for k in KINDS if not k.on_gke)
+        raise OpsError(f"give a STACK ({vms}) or --endpoint URL", exit_code=EXIT_USAGE)
     d = load_stack(stack)
     tpu = tpu_api()
     with client_deadline(tpu, left):

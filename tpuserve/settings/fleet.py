@@ -89,7 +89,7 @@ class FleetSettings(StrictModel):
         if not v or len(set(v)) != len(v):
             raise ValueError(
                 f"fleet.provisioning = {v!r}: an ordered list of distinct provisioning models "
-                "from flex, spot, ondemand (one TPU node pool each, tried in this order)"
+                f"from {', '.join(POOL_MODELS)} (one TPU node pool each, tried in this order)"
             )
         return v
 

@@ -32,7 +32,9 @@ from tpuserve.facts import (
     KV_DTYPES_UNTESTED,
     MM_ITEM_TOKENS,
     MODEL_KV_HEADS,
+    PRICES_USD_PER_CHIP_HOUR,
 )
+from tpuserve.kinds import PRICE_KEYS
 from tpuserve.settings.string_rules import shown
 
 Level = Literal["error", "warning", "note"]
@@ -271,7 +273,7 @@ RULES: tuple[Rule, ...] = (
            "SPEC 2: list prices are 0.58-1.20 $/chip-hour; a larger number is a price per "
            "month or in cents, and every cost figure would be wrong",
            broken=_price_out_of_range, before=True)
-      for model in ("spot", "flex", "ondemand")),
+      for model in PRICES_USD_PER_CHIP_HOUR if model in PRICE_KEYS),  # [pricing]'s order
     # --------------------------------------------------------------------------- [tpu]
     Rule("tpu.accelerator_type", "error", "spell it 'v5litepod-{n}'",
          "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",
