@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tpuserve import entry_point
 from tpuserve.contracts import DATA_RESOURCE, TEARDOWN_GUARD_ID
 from tpuserve.kinds import KINDS
 from tpuserve.kinds.synth_lines import no_tpu
@@ -28,15 +29,23 @@ def summarize(stack: str, doc: dict[str, Any]) -> str:
     return no_tpu(stack, resources, outputs)
 
 
-def main(argv: list[str]) -> int:
+def _summaries(argv: list[str]) -> int:
     outdir = Path(argv[0] if argv else "cdktf.out") / "stacks"
-    stacks = sorted(p for p in outdir.iterdir() if (p / "cdk.tf.json").exists())
+    stacks = (sorted(p for p in outdir.iterdir() if (p / "cdk.tf.json").exists())
+              if outdir.is_dir() else [])
     if not stacks:
         print(f"no synthesized stacks under {outdir}", file=sys.stderr)
         return 1
     for path in stacks:
         print(summarize(path.name, json.loads((path / "cdk.tf.json").read_text())))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    # A stack's JSON that cannot be read or is not Terraform's: one line, never a traceback.
+    return entry_point.run(lambda: _summaries(argv), sys.stderr,
+                           failed=(OSError, ValueError, KeyError, TypeError, AttributeError),
+                           prefix="synth summary: ")
 
 
 if __name__ == "__main__":

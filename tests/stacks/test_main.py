@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import main
+from tpuserve.paths import REPO_ROOT
 
 
 def run_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str) -> int:
@@ -86,3 +89,15 @@ def test_the_synth_summary_names_the_base_and_every_serving_stack(synthesized) -
     assert lines["flex"].startswith("flex      flex-start queued resource")
     assert lines["fleet"].startswith("fleet     GKE fleet: 1-4 one-chip replicas in tpu-flex, "
                                      "tpu-spot")
+
+
+def test_the_synth_summary_fails_in_one_line(tmp_path: Path) -> None:
+    # `./dev synth` runs it after cdktf: a stack it cannot read is one line and exit 1.
+    bad = tmp_path / "stacks" / "flex"
+    bad.mkdir(parents=True)
+    (bad / "cdk.tf.json").write_text('{"resource": []}')
+    for outdir in (tmp_path, tmp_path / "absent"):
+        done = subprocess.run([sys.executable, "-m", "tpuserve.synth_summary", str(outdir)],
+                              capture_output=True, text=True, cwd=REPO_ROOT)
+        assert done.returncode == 1
+        assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
