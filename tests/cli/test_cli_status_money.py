@@ -11,6 +11,7 @@ import pytest
 
 from tests.cli.test_cli_fleet import CAPACITY_EVENT, Fleet, _status, fleet  # noqa: F401
 from tests.cli_support import Env, invoke
+from tpuserve.facts import GKE_CLUSTER_USD_PER_HOUR, MACHINE_USD_PER_HOUR
 from tpuserve.gcp import kube
 
 # Today's keys, in today's order (tpuserve/ops/stack_status.py, fleet_status.py before the money
@@ -76,8 +77,11 @@ def test_the_fleet_spends_its_replicas_on_tpu_nodes(cluster: Fleet) -> None:
     assert list(doc) == FLEET_KEYS + MONEY
     price = round(cluster.d.usd_per_hour, 4)
     assert doc["price_usd_per_hour"] == doc["usd_per_replica_hour"] == price
-    # Two replicas hold a chip; the one waiting for capacity costs nothing.
-    assert doc["spend_usd_per_hour"] == doc["usd_per_hour"] == round(2 * price, 4)
+    # Two replicas hold a chip; the one waiting for capacity costs nothing. The cluster that
+    # answered bills its fee and its system node (list prices, tpuserve/facts.py) on top.
+    assert doc["usd_per_hour"] == round(2 * price, 4)
+    overhead = GKE_CLUSTER_USD_PER_HOUR + MACHINE_USD_PER_HOUR["e2-standard-4"]
+    assert doc["spend_usd_per_hour"] == round(2 * cluster.d.usd_per_hour + overhead, 4)
 
 
 def test_the_fleet_spend_is_unknown_when_not_every_pod_was_read(

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from tpuserve.gcp import kube
+from tpuserve.planner.fleet_cost import overhead_floor_usd_per_hour
 from tpuserve.render.fleet_bundle import DEPLOYMENT, EPP, GATEWAY, HPA, NAMESPACE
 from tpuserve.settings import Deployment
 
@@ -131,12 +132,15 @@ class FleetStatus:
 
     @property
     def spend_usd_per_hour(self) -> float | None:
-        """What bills now; None when the pods were not all read (the cluster could not be
-        read, or the list was cut at kube.MAX_LIST_ITEMS): a count of some proves nothing."""
+        """What bills now: the replicas on TPU nodes, and the cluster that answered (its fee
+        and its system pool's node: tpuserve.planner.fleet_cost). None when the pods were not
+        all read (the cluster could not be read, or the list was cut at kube.MAX_LIST_ITEMS):
+        a count of some proves nothing."""
         if self.error is not None or self.no_credentials or any(
                 what.startswith("pods ") for what in self.truncated):
             return None
-        return self.usd_per_hour
+        overhead = overhead_floor_usd_per_hour(self.d.fleet.system_machine_type)
+        return None if overhead is None else self.usd_per_hour + overhead
 
     def model(self) -> StatusModel:
         d = self.d

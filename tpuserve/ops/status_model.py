@@ -9,8 +9,9 @@ Money, in two keys every kind has:
   price_usd_per_hour  one server at the stack's list price (pricing x chips): a VM stack's
                       node, the fleet's replica in its first-choice pool (deployed or not)
   spend_usd_per_hour  what bills now: the VM's price while its node bills (it exists and is not
-                      lost), else 0; the fleet's price x its replicas on a TPU node; null when
-                      it is not known (the cluster could not be read, or the pod list was cut)
+                      lost), else 0; the fleet's price x its replicas on a TPU node plus its
+                      cluster's fee and system node (the cluster answered, so it exists); null
+                      when it is not known (the cluster could not be read, the pod list was cut)
 The older `usd_per_hour` keeps its kind-dependent meaning: a price for a VM stack, the spend
 rate for the fleet.
 """

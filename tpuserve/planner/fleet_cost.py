@@ -197,6 +197,14 @@ class FleetPlan:
         }
 
 
+def overhead_floor_usd_per_hour(system_machine_type: str) -> float | None:
+    """What a fleet's cluster bills besides its TPU nodes while it exists, at least: the GKE fee
+    (list price, no free tier) and the system pool's one node at list price; None without a
+    list price for the machine type. The system pool may have scaled up to its maximum."""
+    price = MACHINE_USD_PER_HOUR.get(system_machine_type)
+    return None if price is None else GKE_CLUSTER_USD_PER_HOUR + SYSTEM_POOL_MIN_NODES * price
+
+
 def _cost(replicas: int, pool: str, chips: int, price: float, system_nodes: int,
           system_price: float | None, hours: float) -> FleetCost:
     return FleetCost(
