@@ -95,7 +95,7 @@ class BaseStack(TpuserveStack):
             "The XLA compile cache every stack shares (a same-key node boots warm)")
         out("weights_bucket", b.weights_bucket, "Where the fleet stages the model's weights")
         dormant = dormant_base()
-        out("dormant_usd_per_month", round(dormant.usd_per_month, 4),
+        out(contracts.DORMANT_OUTPUT, round(dormant.usd_per_month, 4),
             "What the base costs with no serving stack: one compile cache and two secret "
             "versions at list prices (more caches or staged weights add storage; "
             "`tpuserve plan`)")

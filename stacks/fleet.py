@@ -353,7 +353,7 @@ class FleetStack(ServingStack):
                     f"gcloud container clusters get-credentials {self.cluster_name} "
                     f"--zone {d.gcp.zone} --project {d.gcp.project}",
                     "kubectl access to the cluster")
-        self.output("usd_per_hour", round(d.usd_per_hour, 4),
+        self.output(contracts.USD_PER_HOUR_OUTPUT, round(d.usd_per_hour, 4),
                     f"One replica in the {f.provisioning[0]} pool, $/hour (SPEC 2)")
         self.output("max_usd_per_hour", round(d.usd_per_hour * f.max_replicas, 4),
                     f"All {f.max_replicas} replicas at the first pool's price, $/hour (TPU "

@@ -10,6 +10,7 @@ and the secrets.
 
 from __future__ import annotations
 
+from tpuserve import contracts
 from tpuserve.render.boot_script import render_startup
 from tpuserve.render.dashboard import stack_dashboard_url
 from tpuserve.settings import Deployment
@@ -62,6 +63,6 @@ class ServingStack(TpuserveStack):
                         "`tpuserve endpoint`)")
             # SPEC 3: `gcloud compute tpus tpu-vm ssh` fails in some sandboxes; plain ssh works.
             self.output("ssh_command", f"ssh {external_ip}", "SSH to the node by its IP")
-        self.output("usd_per_hour", round(d.usd_per_hour, 4),
+        self.output(contracts.USD_PER_HOUR_OUTPUT, round(d.usd_per_hour, 4),
                     f"{d.stack.provisioning_model} price, $/hour (SPEC 2)")
 

@@ -46,14 +46,20 @@ def strings(path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.value
 
 
+# The settings' override layers are the user's interface, named in messages and help as the
+# settings are: their reads use the constants; prose may name them.
+USER_FACING = {contracts.CONFIG_ENV, contracts.PROJECT_ENV, contracts.ZONE_ENV}
+
+
 def env_names() -> list[str]:
     return sorted(v for k, v in vars(contracts).items() if k.endswith("_ENV")
-                  and isinstance(v, str))
+                  and isinstance(v, str) and v not in USER_FACING)
 
 
 LOGICAL_IDS = (contracts.TPU_NODE_ID, contracts.BILLING_GUARD_ID, contracts.QUEUED_RESOURCE_ID,
                contracts.NODE_METADATA_ID, contracts.K8S_BUNDLE_ID, contracts.TEARDOWN_GUARD_ID)
-NAMES = (contracts.TPU_NODE_TYPE, contracts.DATA_RESOURCE, *LOGICAL_IDS)
+NAMES = (contracts.TPU_NODE_TYPE, contracts.NODE_POOL_TYPE, contracts.DATA_RESOURCE,
+         contracts.USD_PER_HOUR_OUTPUT, contracts.DORMANT_OUTPUT, *LOGICAL_IDS)
 
 
 def id_uses(path: Path) -> Iterator[tuple[int, str]]:

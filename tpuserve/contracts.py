@@ -80,6 +80,12 @@ TIME_SCALE_ENV = "TPUSERVE_TIME_SCALE"
 # the review passes it to the synthesis it runs, bench/synth times both ways.
 CDK_IMPORT_ENV = "TPUSERVE_CDK_IMPORT"
 
+# The settings' own override layers (tpuserve/settings/loader.py), which `tpuserve review`
+# passes on to the synthesis it runs in a sandbox.
+CONFIG_ENV = "TPUSERVE_CONFIG"  # a TOML file merged over config/default.toml
+PROJECT_ENV = "TPUSERVE_PROJECT"  # gcp.project
+ZONE_ENV = "TPUSERVE_ZONE"  # gcp.zone
+
 # Linux caps one environment string at 128 KiB (MAX_ARG_STRLEN): what a provisioner gets in one
 # variable (base64gzip of a body or bundle) stays under this, with room for the variable's name
 # and for Go's gzip coding it a little longer than Python's.
@@ -113,6 +119,10 @@ ENTRY_POINTS = (BASE_CHECK, BILLING_GUARD, FLEET_CHECK, KUBECTL, QUEUED_RESOURCE
 # review (tpuserve/review/effects.py, k8s_objects.py) and the synth summary.
 DATA_RESOURCE = "terraform_data"  # the type of every provisioner-only resource
 TPU_NODE_TYPE = "google_tpu_v2_vm"
+NODE_POOL_TYPE = "google_container_node_pool"
+# Terraform outputs the synth summary reads: a serving stack's price, the base's dormant cost.
+USD_PER_HOUR_OUTPUT = "usd_per_hour"
+DORMANT_OUTPUT = "dormant_usd_per_month"
 TPU_NODE_ID = "tpu_node"  # the VM stacks' node
 BILLING_GUARD_ID = "billing_guard"  # the VM stacks' guard arming
 QUEUED_RESOURCE_ID = "queued_resource"  # the flex stack's QR
@@ -142,6 +152,7 @@ GA_SECRET = "secret"  # the key's api_key_sha256= (`tpuserve rotate-key` waits f
 GA_TLS = "tls"  # the proxy's certificate
 GA_CONFIG = "config"  # the served configuration's sha256
 GA_RECONVERGE = "reconverge"  # the watcher's re-run in place
+GA_GUARD = "guard"  # the billing guard's deadline, shown right after `boot` (not the script's)
 GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
     GA_BOOT, GA_STATE, GA_SECRET, GA_TLS, "image", "cache", "container", GA_CONFIG,
     "bypass_check", "metrics", "memory", "kv_cache", "startup_complete", "health",

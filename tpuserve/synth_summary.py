@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuserve import entry_point
-from tpuserve.contracts import DATA_RESOURCE, TEARDOWN_GUARD_ID
+from tpuserve.contracts import DATA_RESOURCE, DORMANT_OUTPUT, TEARDOWN_GUARD_ID
 from tpuserve.kinds import KINDS
 from tpuserve.kinds.synth_lines import no_tpu
 
@@ -18,7 +18,7 @@ def summarize(stack: str, doc: dict[str, Any]) -> str:
     count = sum(len(v) for v in resources.values())
     outputs = doc.get("output", {})
     if TEARDOWN_GUARD_ID in resources.get(DATA_RESOURCE, {}):
-        dormant = outputs.get("dormant_usd_per_month", {}).get("value", "?")
+        dormant = outputs.get(DORMANT_OUTPUT, {}).get("value", "?")
         secrets = len(resources.get("google_secret_manager_secret", {}))
         buckets = len(resources.get("google_storage_bucket", {}))
         return (f"{stack:9} long-lived base ({secrets} secrets, {buckets} buckets, network, "

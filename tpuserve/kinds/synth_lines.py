@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tpuserve.contracts import DATA_RESOURCE, SYSTEM_POOL_NAME, TPU_NODE_TYPE
+from tpuserve.contracts import (
+    DATA_RESOURCE,
+    NODE_POOL_TYPE,
+    SYSTEM_POOL_NAME,
+    TPU_NODE_TYPE,
+    USD_PER_HOUR_OUTPUT,
+)
 
 if TYPE_CHECKING:
     from tpuserve.kinds import Kind
@@ -21,7 +27,7 @@ def _count(resources: Mapping[str, Any]) -> int:
 
 
 def _price(outputs: Mapping[str, Any]) -> object:
-    return outputs.get("usd_per_hour", {}).get("value", "?")
+    return outputs.get(USD_PER_HOUR_OUTPUT, {}).get("value", "?")
 
 
 def _tpu(resources: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -31,7 +37,7 @@ def _tpu(resources: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def tpu_vm(kind: Kind, stack: str, resources: Mapping[str, Any],
            outputs: Mapping[str, Any]) -> str | None:
     tpu = _tpu(resources)
-    if resources.get("google_container_node_pool") or tpu is None or (
+    if resources.get(NODE_POOL_TYPE) or tpu is None or (
         bool(tpu.get("scheduling_config", {}).get("spot")) != kind.spot
     ):
         return None
@@ -41,7 +47,7 @@ def tpu_vm(kind: Kind, stack: str, resources: Mapping[str, Any],
 
 def queued_resource(kind: Kind, stack: str, resources: Mapping[str, Any],
                     outputs: Mapping[str, Any]) -> str | None:
-    if resources.get("google_container_node_pool") or _tpu(resources) is not None or (
+    if resources.get(NODE_POOL_TYPE) or _tpu(resources) is not None or (
         DATA_RESOURCE not in resources
     ):
         return None
@@ -51,7 +57,7 @@ def queued_resource(kind: Kind, stack: str, resources: Mapping[str, Any],
 
 def gke_fleet(kind: Kind, stack: str, resources: Mapping[str, Any],
               outputs: Mapping[str, Any]) -> str | None:
-    pools = resources.get("google_container_node_pool", {})
+    pools = resources.get(NODE_POOL_TYPE, {})
     if not pools:
         return None
     tpu_pools = [p["name"] for p in pools.values() if p["name"] != SYSTEM_POOL_NAME]

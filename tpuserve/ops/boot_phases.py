@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tpuserve.contracts import GUEST_ATTRIBUTE_KEYS, GUEST_ATTRIBUTE_NAMESPACE
+from tpuserve.contracts import GA_GUARD, GUEST_ATTRIBUTE_KEYS, GUEST_ATTRIBUTE_NAMESPACE
 
 NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
 # How the CLI names each phase. Not phases: `state` (read apart) and `tls` (the certificate).
@@ -22,7 +22,7 @@ NAMESPACE = GUEST_ATTRIBUTE_NAMESPACE
 # Not phases: `state` and `tls` (read apart), `config` and `reconverge` (ops/served_config.py).
 _LABELS = {
     "boot": "boot started",
-    "guard": "billing guard",
+    GA_GUARD: "billing guard",
     "secret": "secrets fetched",
     "image": "image pulled",
     "cache": "compile cache restored",
@@ -38,7 +38,7 @@ _LABELS = {
 # The phases in the order a boot passes them: the script's keys, the guard's after `boot`.
 PHASES: tuple[tuple[str, str], ...] = tuple(
     (key, _LABELS[key])
-    for key in (GUEST_ATTRIBUTE_KEYS[0], "guard", *GUEST_ATTRIBUTE_KEYS[1:])
+    for key in (GUEST_ATTRIBUTE_KEYS[0], GA_GUARD, *GUEST_ATTRIBUTE_KEYS[1:])
     if key in _LABELS
 )
 _DEADLINE_RE = re.compile(r"deadline=(\S+)")
@@ -120,8 +120,8 @@ def parse_boot(attrs: Mapping[str, str]) -> BootReport:
         word, _, reason = parsed["state"][1].partition(" ")
         state = word if word in ("booting", "waiting", "ready", "failed") else "booting"
     deadline = None
-    if "guard" in parsed and current("guard"):
-        m = _DEADLINE_RE.search(parsed["guard"][1])
+    if GA_GUARD in parsed and current(GA_GUARD):
+        m = _DEADLINE_RE.search(parsed[GA_GUARD][1])
         deadline = parse_time(m.group(1)) if m else None
-    guard = parsed["guard"][1] if "guard" in parsed and current("guard") else ""
+    guard = parsed[GA_GUARD][1] if GA_GUARD in parsed and current(GA_GUARD) else ""
     return BootReport(state, reason.strip(), phases, deadline, guard)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tpuserve.contracts import CONFIG_ENV, PROJECT_ENV, ZONE_ENV
 from tpuserve.planner.arithmetic import Plan
 from tpuserve.render.boot_script import vllm_command
 from tpuserve.render.vllm_args import compile_cache_key, container_env, served_config_sha256
@@ -88,7 +89,7 @@ def config_environ(config: Path | None, environ: Mapping[str, str] | None = None
     """What load_raw sees: project and zone from the environment, never an ambient
     TPUSERVE_CONFIG (a review compares the repository's configs), only the user's --config."""
     src = os.environ if environ is None else environ
-    env = {k: src[k] for k in ("TPUSERVE_PROJECT", "TPUSERVE_ZONE") if k in src}
+    env = {k: src[k] for k in (PROJECT_ENV, ZONE_ENV) if k in src}
     if config is not None:
-        env["TPUSERVE_CONFIG"] = str(config.resolve())
+        env[CONFIG_ENV] = str(config.resolve())
     return env

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpuserve.contracts import CDK_IMPORT_ENV
+from tpuserve.contracts import CDK_IMPORT_ENV, CONFIG_ENV, PROJECT_ENV, ZONE_ENV
 from tpuserve.paths import REPO_ROOT
 
 from .gate import unique_keys
@@ -25,7 +25,7 @@ SYNTH_INPUTS = ("main.py", "cdktf.json", "stacks", "tpuserve", "templates", "con
 SYNTH_TIMEOUT_S = 600.0
 # Variables the synth subprocess may see; nothing else (no tokens, no cloud credentials, no
 # HOME, USER or agent sockets): an allow-list, so a new credential variable is dropped too.
-_PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TPUSERVE_PROJECT", "TPUSERVE_ZONE",
+_PASS_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", PROJECT_ENV, ZONE_ENV,
              CDK_IMPORT_ENV, "JSII_RUNTIME", "JSII_RUNTIME_PACKAGE_CACHE")
 # What synth runs by name: node (jsii) and terraform (cdktf's `terraform version` check); sh
 # and the coreutils live in the system directories.
@@ -48,7 +48,7 @@ def tree_digest(project: Path, config: Path | None = None) -> str:
             h.update(str(path.relative_to(project)).encode() + b"\0" + path.read_bytes())
     if config is not None:
         h.update(b"config\0" + config.read_bytes())
-    for var in ("TPUSERVE_PROJECT", "TPUSERVE_ZONE"):
+    for var in (PROJECT_ENV, ZONE_ENV):
         h.update(f"{var}={os.environ.get(var, '')}".encode())
     return h.hexdigest()
 
@@ -106,7 +106,7 @@ def synth_env(project: Path, outdir: Path, config: Path | None,
         "CHECKPOINT_DISABLE": "1",
     })
     if config is not None:
-        env["TPUSERVE_CONFIG"] = str(config.resolve())
+        env[CONFIG_ENV] = str(config.resolve())
     return env
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tpuserve.contracts import CONFIG_ENV, PROJECT_ENV, ZONE_ENV
 from tpuserve.kinds import KINDS, STACK_NAMES, words
 from tpuserve.paths import DEFAULT_CONFIG
 from tpuserve.settings.base import ConfigError
@@ -132,10 +133,10 @@ def load_raw(
     """The default TOML, with TPUSERVE_CONFIG's file and TPUSERVE_PROJECT/ZONE merged over."""
     env = os.environ if environ is None else environ
     raw = _read_toml(path, "the default config")
-    if user := env.get("TPUSERVE_CONFIG"):
-        raw = deep_merge(raw, _anchor_geometry(_read_toml(Path(user), "TPUSERVE_CONFIG"),
+    if user := env.get(CONFIG_ENV):
+        raw = deep_merge(raw, _anchor_geometry(_read_toml(Path(user), CONFIG_ENV),
                                                Path(user).parent))
-    for var, key in (("TPUSERVE_PROJECT", "project"), ("TPUSERVE_ZONE", "zone")):
+    for var, key in ((PROJECT_ENV, "project"), (ZONE_ENV, "zone")):
         if value := env.get(var):
             raw = deep_merge(raw, {"gcp": {key: value}})
     return raw
