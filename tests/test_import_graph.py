@@ -49,7 +49,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("review", ("tpuserve.review",)),
     ("cli", ("tpuserve.cli",)),
     # `python -m tpuserve[.X]`: what Terraform's steps, CI and users run; nothing imports them.
-    ("entry points", ("tpuserve.__main__", "tpuserve.entry_point", "tpuserve.base_check",
+    ("entry points", ("tpuserve.__main__", "tpuserve.entry_point", "tpuserve.progress_lines",
+                      "tpuserve.base_check",
                       "tpuserve.billing_guard", "tpuserve.fleet_check", "tpuserve.kubectl",
                       "tpuserve.queued_resource", "tpuserve.plan_gate",
                       "tpuserve.synth_summary")),

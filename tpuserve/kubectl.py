@@ -28,11 +28,15 @@ An error prints one line to stderr and exits 1 (bad input: 2); never a traceback
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
+import gzip
 import os
 import sys
 from collections.abc import Mapping, Sequence
 
 from tpuserve import contracts, entry_point
+from tpuserve.contracts import K8S_BUNDLE_GZ_ENV as ENV_BUNDLE_GZ
 from tpuserve.contracts import K8S_CLUSTER_ENV as ENV_CLUSTER
 from tpuserve.contracts import K8S_IMAGE_ENV as ENV_IMAGE
 from tpuserve.contracts import K8S_LOCATION_ENV as ENV_LOCATION
@@ -42,10 +46,35 @@ from tpuserve.gcp.kube_bundle import (
     check_image,
     placeholder_line,
     preflight,
-    read_bundle,
 )
 from tpuserve.gcp.kubectl import Cluster, apply, delete
 from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
+
+
+def decode_bundle(encoded: str) -> str:
+    try:
+        return gzip.decompress(base64.b64decode(encoded, validate=True)).decode()
+    except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
+        raise KubectlError(f"${ENV_BUNDLE_GZ} is not a gzipped, base64-encoded bundle "
+                           f"({exc})", 2) from None
+
+
+def read_bundle(bundle_file: str | None, environ: Mapping[str, str]) -> str:
+    if bundle_file:
+        try:
+            with open(bundle_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise KubectlError(f"cannot read the bundle {bundle_file}: {exc.strerror}",
+                               2) from None
+    elif environ.get(ENV_BUNDLE_GZ):
+        text = decode_bundle(environ[ENV_BUNDLE_GZ])
+    else:
+        raise KubectlError(f"no bundle: set ${ENV_BUNDLE_GZ} or pass --bundle-file", 2)
+    if not text.strip():
+        raise KubectlError("the bundle is empty: nothing to apply", 2)
+    return text
+
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -68,8 +97,18 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         bundle = read_bundle(args.bundle_file, env)
         if args.action == "apply" and PLACEHOLDER_DIGEST in bundle:
             raise KubectlError(placeholder_line(bundle), 2)
+        for setting, value, name in (("project", args.project, ENV_PROJECT),
+                                     ("location", args.location, ENV_LOCATION),
+                                     ("cluster", args.cluster, ENV_CLUSTER)):
+            if not value:
+                raise KubectlError(f"no {setting}: set ${name} or pass --{setting}", 2)
         cluster = Cluster(args.project, args.location, args.cluster, env)
-        (apply if args.action == "apply" else delete)(cluster, bundle)
+        if args.action == "apply":
+            print(f"tpuserve: applied {apply(cluster, bundle)} objects to {cluster.name}",
+                  flush=True)
+        else:
+            print(f"tpuserve: deleted the bundle's {delete(cluster, bundle)} objects from "
+                  f"{cluster.name}", flush=True)
         return 0
 
     return entry_point.run(body, sys.stderr, failed=(KubectlError,),

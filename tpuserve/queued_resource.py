@@ -43,7 +43,7 @@ from tpuserve.contracts import QR_GENERATION_ENV as ENV_GENERATION
 from tpuserve.contracts import QR_NAME_ENV as ENV_NAME
 from tpuserve.contracts import QR_POLL_ENV as ENV_POLL
 from tpuserve.gcp.errors import ApiError
-from tpuserve.gcp.provisioner import probe, rich_progress
+from tpuserve.gcp.provisioner import probe
 from tpuserve.gcp.qr_converge import CONVERGE_TIMEOUT_S, converge
 from tpuserve.gcp.tpu.client import ACCEPT_TIMEOUT_S, DEFAULT_POLL_S, DELETE_TIMEOUT_S, TpuClient
 from tpuserve.gcp.tpu.queued_resources import (
@@ -52,6 +52,7 @@ from tpuserve.gcp.tpu.queued_resources import (
     QueuedResourceError,
     QueuedResourceRef,
 )
+from tpuserve.progress_lines import rich_progress
 from tpuserve.render.queued_resource_body import check_body, with_generation
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from tests.fakes.tpu_api import FakeTpuApi
 from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, body
-from tpuserve.gcp.provisioner import new_generation, probe, rich_progress
+from tpuserve.gcp.provisioner import new_generation, probe
 from tpuserve.gcp.tpu.queued_resources import MISSING
+from tpuserve.progress_lines import rich_progress
 from tpuserve.queued_resource import main
 from tpuserve.render.queued_resource_body import with_generation
 

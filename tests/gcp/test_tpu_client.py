@@ -17,7 +17,6 @@ from tests.gcp.tpu_support import PROJECT, QR_ID, REF, ZONE, Seen, body, flex_he
 from tpuserve.gcp.api import GoogleApi
 from tpuserve.gcp.endpoints import TPU_API
 from tpuserve.gcp.errors import ApiError
-from tpuserve.gcp.provisioner import StatePrinter
 from tpuserve.gcp.retry import RetryPolicy
 from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.gcp.tpu.queued_resources import (
@@ -26,6 +25,7 @@ from tpuserve.gcp.tpu.queued_resources import (
     SpecMismatch,
     WaitTimeout,
 )
+from tpuserve.progress_lines import StatePrinter
 from tpuserve.render.queued_resource_body import with_generation
 
 # ---------------------------------------------------------------- create

@@ -6,14 +6,10 @@ here is refused before one.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import gzip
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from tpuserve.contracts import K8S_BUNDLE_GZ_ENV as ENV_BUNDLE_GZ
 from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
 
 # The kinds GKE installs the CRDs of with its add-ons (Gateway API, Inference Gateway, managed
@@ -95,31 +91,6 @@ def placeholder_line(bundle: str) -> str:
     return (f"the bundle carries the placeholder digest in {', '.join(images) or 'an object'}: "
             "set the real digest (vllm.image in [stacks.fleet]; fleet.picker_image, "
             "fleet.adapter_image in [fleet])")
-
-
-def decode_bundle(encoded: str) -> str:
-    try:
-        return gzip.decompress(base64.b64decode(encoded, validate=True)).decode()
-    except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as exc:
-        raise KubectlError(f"${ENV_BUNDLE_GZ} is not a gzipped, base64-encoded bundle "
-                           f"({exc})", 2) from None
-
-
-def read_bundle(bundle_file: str | None, environ: Mapping[str, str]) -> str:
-    if bundle_file:
-        try:
-            with open(bundle_file, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise KubectlError(f"cannot read the bundle {bundle_file}: {exc.strerror}",
-                               2) from None
-    elif environ.get(ENV_BUNDLE_GZ):
-        text = decode_bundle(environ[ENV_BUNDLE_GZ])
-    else:
-        raise KubectlError(f"no bundle: set ${ENV_BUNDLE_GZ} or pass --bundle-file", 2)
-    if not text.strip():
-        raise KubectlError("the bundle is empty: nothing to apply", 2)
-    return text
 
 
 def split_documents(text: str) -> list[dict[str, Any]]:

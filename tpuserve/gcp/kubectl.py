@@ -23,9 +23,6 @@ from tpuserve.contracts import (
     ADAPTER_NAMESPACE,
     EPP_DEPLOYMENT,
     FLEET_NAMESPACE,
-    K8S_CLUSTER_ENV,
-    K8S_LOCATION_ENV,
-    K8S_PROJECT_ENV,
 )
 from tpuserve.gcp.kube_bundle import (
     BUILTIN_GROUPS,
@@ -100,11 +97,6 @@ class Cluster:
 
     def __init__(self, project: str, location: str, name: str,
                  environ: Mapping[str, str]) -> None:
-        for setting, value, env in (("project", project, K8S_PROJECT_ENV),
-                                    ("location", location, K8S_LOCATION_ENV),
-                                    ("cluster", name, K8S_CLUSTER_ENV)):
-            if not value:
-                raise KubectlError(f"no {setting}: set ${env} or pass --{setting}", 2)
         self.project, self.location, self.name = project, location, name
         self.environ = environ
         self._dir: str | None = None
@@ -226,11 +218,12 @@ def _poll(cluster: Cluster, api: Any, checks: list[Any], *, what: str,
 
 
 def apply(cluster: Cluster, bundle: str, *, bound_s: float = APPLY_BOUND_S,
-          sleep: Any = time.sleep, poll_s: float = POLL_S) -> None:
-    """Bundled CRDs first, Established; the built-in kinds; then, once the CRDs GKE installs
-    are Established, the objects of those kinds; then the picker and the adapter available
-    and every Gateway Programmed. All of it within BOUND_S; a bundle of built-in kinds only,
-    with nothing to wait for, goes in one call as is."""
+          sleep: Any = time.sleep, poll_s: float = POLL_S) -> int:
+    """Apply BUNDLE; the number of objects applied. Bundled CRDs first, Established; the
+    built-in kinds; then, once the CRDs GKE installs are Established, the objects of those
+    kinds; then the picker and the adapter available and every Gateway Programmed. All of it
+    within BOUND_S; a bundle of built-in kinds only, with nothing to wait for, goes in one call
+    as is."""
     docs = split_documents(bundle)
     crds = [d for d in docs if is_crd(d)]
     needed = needed_crds(docs)
@@ -266,12 +259,12 @@ def apply(cluster: Cluster, bundle: str, *, bound_s: float = APPLY_BOUND_S,
         if checks:
             _poll(cluster, api, checks, what="waiting for the picker, the adapter and the "
                   "Gateway", sleep=sleep, poll_s=poll_s)
-    print(f"tpuserve: applied {len(docs)} objects to {cluster.name}", flush=True)
+    return len(docs)
 
 
-def delete(cluster: Cluster, bundle: str) -> None:
+def delete(cluster: Cluster, bundle: str) -> int:
     docs = split_documents(bundle)
     with cluster:
         for phase in delete_phases(docs):
             cluster.kubectl_run(DELETE, dump(phase))
-    print(f"tpuserve: deleted the bundle's {len(docs)} objects from {cluster.name}", flush=True)
+    return len(docs)

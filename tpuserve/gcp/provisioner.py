@@ -1,4 +1,5 @@
-"""The flex stack's provisioners' TPU side: progress lines and the plan-time probe.
+"""The flex stack's provisioners' TPU side: the plan-time probe (their progress lines:
+tpuserve/progress_lines.py).
 
 `python -m tpuserve.queued_resource` (tpuserve/queued_resource.py: its commands, inputs, output
 and exit codes) calls these, and the converge step in tpuserve.gcp.qr_converge.
@@ -6,62 +7,17 @@ and exit codes) calls these, and the converge step in tpuserve.gcp.qr_converge.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-import sys
 import time
-from collections.abc import Iterator
-from typing import IO
 
 from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.gcp.tpu.queued_resources import (
     ALIVE_STATES,
     KNOWN_STATES,
     MISSING,
-    Progress,
     QueuedResourceRef,
     UnknownState,
 )
-
-# ----------------------------------------------------------------------------- progress
-
-
-class StatePrinter:
-    """A Progress callback that prints one line whenever the state changes."""
-
-    def __init__(self, label: str, stream: IO[str] | None = None) -> None:
-        self.label = label
-        self.stream = stream
-        self.last: str | None = None
-
-    def __call__(self, state: str, elapsed: float) -> None:
-        if state != self.last:
-            self.last = state
-            print(f"tpuserve: {self.label}: {state} ({elapsed:.0f} s)",
-                  file=self.stream or sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def rich_progress(label: str, stream: IO[str] | None = None) -> Iterator[Progress]:
-    """A spinner for terminals (rich); one line per state change otherwise (provisioners)."""
-    out = stream or sys.stderr
-    if not out.isatty():  # Terraform's local-exec, CI, a pipe: plain lines, and no rich import
-        yield StatePrinter(label, out)
-        return
-    from rich.console import Console
-
-    console = Console(file=out)
-    with console.status(f"{label}: ...") as status:
-        printer = StatePrinter(label, console.file)
-
-        def update(state: str, elapsed: float) -> None:
-            if state != printer.last:
-                console.log(f"{label}: {state}")
-                printer.last = state
-            status.update(f"{label}: {state} ({elapsed:.0f} s)")
-
-        yield update
-
 
 # ----------------------------------------------------------------------------- probe
 
