@@ -29,7 +29,7 @@ from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.flag_rules import flag_of
 from tpuserve.settings.measured_rules import Rule
-from tpuserve.settings.stack import StackKeys
+from tpuserve.settings.stack import STACK_SWITCH, StackKeys
 
 DOC_PATH = Path("docs") / "configuration.md"
 
@@ -126,7 +126,7 @@ def _setting(path: str, model: type[BaseModel], name: str, info: FieldInfo) -> s
     about = notes[0] if notes else _comment_above(model, name)
     if about:
         lines += [about, ""]
-    if model is StackKeys and name != "provisioning_model":
+    if model is StackKeys and name not in ("provisioning_model", STACK_SWITCH):
         used = ", ".join(f"`{k.name}`" for k in KINDS if name in k.stack_keys)
         lines += [f"Used by the kinds {used}; elsewhere accepted, ignored, and warned of.", ""]
     for rule in measured_rules.rules_of(path):
