@@ -86,3 +86,17 @@ def test_the_synth_summary_names_the_base_and_every_serving_stack(synthesized) -
     assert lines["flex"].startswith("flex      flex-start queued resource")
     assert lines["fleet"].startswith("fleet     GKE fleet: 1-4 one-chip replicas in tpu-flex, "
                                      "tpu-spot")
+
+
+def test_a_stack_switched_off_is_not_synthesized_and_the_rest_is(tmp_path, monkeypatch,
+                                                                 capsys) -> None:
+    # europe-west4-a refuses flex-start for v5litepod-1 (SPEC 1): with flex off, the zone
+    # still synthesizes the base and the other stacks (the fleet off too: it is no exception).
+    monkeypatch.setenv("TPUSERVE_ZONE", "europe-west4-a")
+    code = run_main(tmp_path, monkeypatch,
+                    "[stacks.flex]\nenabled = false\n[stacks.fleet]\nenabled = false\n")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
+        "base", "ondemand", "spot"]
+    assert "[flex]" not in err and "[fleet]" not in err
