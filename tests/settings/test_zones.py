@@ -125,6 +125,12 @@ def test_a_switched_off_stack_checks_only_its_own_keys(tmp_path: Path) -> None:
     raw["stacks"]["flex"]["max_run_duration"] = "9d"
     with pytest.raises(ConfigError, match=r"max_run_duration = '9d': must be more than 0"):
         from_raw(raw)
+    del raw["stacks"]["flex"]["max_run_duration"]
+    raw["stacks"]["flex"]["max_run_hour"] = 1  # a typo is refused, off or not
+    with pytest.raises(ConfigError) as err:
+        from_raw(raw)
+    assert err.value.problems == [
+        "[flex] stacks.flex.max_run_hour = 1: Extra inputs are not permitted"]
 
 
 def test_enabled_must_be_a_toml_boolean(tmp_path: Path) -> None:

@@ -258,8 +258,10 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Deployment], list[str]]:
         if enabled is not True:
             # Off (or not a boolean): only the table's own keys are checked; a stack switched
             # off is not validated with the rest, nor synthesized.
+            # A key that is neither a section nor a stack key is a typo here too (refused).
+            typos = {k: v for k, v in over.items() if k not in Deployment.model_fields}
             try:
-                StackKeys.model_validate(stack_keys | {STACK_SWITCH: enabled})
+                StackKeys.model_validate(stack_keys | typos | {STACK_SWITCH: enabled})
             except ValidationError as exc:
                 problems.extend(_format_error(name, {**e, "loc": ("stacks", name, *e["loc"])})
                                 for e in exc.errors())
