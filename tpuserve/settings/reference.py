@@ -30,6 +30,7 @@ from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.flag_rules import flag_of
 from tpuserve.settings.measured_rules import Rule
 from tpuserve.settings.stack import STACK_SWITCH, StackKeys
+from tpuserve.zones import ZONES, Offer
 
 DOC_PATH = Path("docs") / "configuration.md"
 
@@ -132,7 +133,25 @@ def _setting(path: str, model: type[BaseModel], name: str, info: FieldInfo) -> s
     for rule in measured_rules.rules_of(path):
         if rule.level != "note":
             lines.append(f"- {rule.level}: {_words(rule)}")
+    if path == "gcp.zone":
+        lines += [*([""] if lines[-1] else []), *_zone_table()]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _zone_table() -> list[str]:
+    """tpuserve/zones.py: each accelerator and TPU VM provisioning model's known zones."""
+    out = ["| accelerator | provisioning model | offered | refused |", "|---|---|---|---|"]
+    for (accel, model), facts in ZONES.items():
+        cells = []
+        for state in (Offer.OFFERED, Offer.REFUSED):
+            by_source: dict[str, list[str]] = {}
+            for zone, fact in facts.items():
+                if fact.state is state:
+                    by_source.setdefault(fact.source, []).append(f"`{zone}`")
+            cells.append("; ".join(f"{', '.join(z)} ({why})" for why, z in by_source.items())
+                         or "none known")
+        out.append(f"| `{accel}` | `{model}` | {cells[0]} | {cells[1]} |")
+    return [*out, "", "Any other zone is unknown: synth warns."]
 
 
 def _words(rule: Rule) -> str:
