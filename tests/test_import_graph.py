@@ -38,7 +38,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                "tpuserve.contracts", "tpuserve.ops_error",
                # The registry of serving kinds (names, capacity flags): the planner's
                # arithmetic prices by it, so it sits this low.
-               "tpuserve.kinds")),
+               "tpuserve.kinds",
+               # Where each accelerator is offered per provisioning model (reads the kinds).
+               "tpuserve.zones")),
     ("settings", ("tpuserve.settings",)),
     ("planner", ("tpuserve.planner",)),
     # Pure renderers of the boot script, proxy conf, bundle and queued-resource body.

@@ -79,17 +79,7 @@ IAP_RANGE = "35.235.240.0/20"  # Google's IAP TCP-forwarding range
 MAX_FLEX_RUN_SECONDS = 7 * 24 * 3600  # flex-start lasts at most 7 days (SPEC 2)
 # The billing guard is a Cloud Tasks task; Cloud Tasks schedules at most 30 days ahead.
 MAX_GUARD_RUN_HOURS = 30 * 24
-# Where flex-start takes v5litepod-1: known-good and known-bad zones, each with its
-# source; any other zone is allowed with a warning (SPEC 2: quota in a zone says nothing about
-# whether a provisioning model is accepted there).
-FLEX_ZONES_GOOD = {
-    "us-west4-a": "SPEC 1: measured, the QR went ACTIVE",
-    "us-central1-a": "vendor: Google's docs list it for v5e serving",
-}
-FLEX_ZONES_BAD = {
-    "europe-west4-a": "SPEC 1: measured",
-    "europe-west4-b": "SPEC 1: measured",
-}
+# Where each accelerator is offered, per provisioning model: tpuserve/zones.py.
 
 # SPEC 6: the measured peak aggregate output rate, 128-token context x 64 clients (12 cells x
 # 3 reps, cv <= 3.4%). The dashboard draws it as a line; the capacity alert fires near it.

@@ -192,3 +192,15 @@ def test_fleet_text_prints_the_fleet_tables() -> None:
 def test_other_stacks_have_no_fleet_key(default_plan: dict[str, Any]) -> None:
     assert "fleet" not in default_plan
     assert "Fleet cost" not in invoke("--stack", "flex").stdout
+
+
+def test_a_stack_switched_off_is_not_in_the_configuration(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    user = tmp_path / "user.toml"
+    user.write_text("[stacks.flex]\nenabled = false\n")
+    monkeypatch.setenv("TPUSERVE_CONFIG", str(user))
+    result = invoke("--stack", "flex")
+    assert result.exit_code != 0
+    assert "--stack 'flex': not in the configuration (configured: spot, ondemand, fleet)" in (
+        result.stderr)
+    assert invoke("--json", "--stack", "spot").exit_code == 0

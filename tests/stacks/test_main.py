@@ -101,3 +101,17 @@ def test_the_synth_summary_fails_in_one_line(tmp_path: Path) -> None:
                               capture_output=True, text=True, cwd=REPO_ROOT)
         assert done.returncode == 1
         assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_a_stack_switched_off_is_not_synthesized_and_the_rest_is(tmp_path, monkeypatch,
+                                                                 capsys) -> None:
+    # europe-west4-a refuses flex-start for v5litepod-1 (SPEC 1): with flex off, the zone
+    # still synthesizes the base and the other stacks (the fleet off too: it is no exception).
+    monkeypatch.setenv("TPUSERVE_ZONE", "europe-west4-a")
+    code = run_main(tmp_path, monkeypatch,
+                    "[stacks.flex]\nenabled = false\n[stacks.fleet]\nenabled = false\n")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
+        "base", "ondemand", "spot"]
+    assert "[flex]" not in err and "[fleet]" not in err

@@ -21,7 +21,7 @@ from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
-from tpuserve.settings.loader import all_warnings, deep_merge
+from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
 
 from .common import JsonOpt, command, console, emit_json, err_console
 
@@ -34,8 +34,9 @@ def _stack_deployment(stack: str, vllm: dict[str, Any], capacity: dict[str, Any]
     stacks = raw.get("stacks", {})
     if not isinstance(stacks, Mapping) or not isinstance(stacks.get(stack, {}), Mapping):
         from_raw(raw)  # a malformed [stacks] table: the loader's message (ConfigError)
-    if stack not in stacks:
-        configured = ", ".join(s for s in STACK_NAMES if s in stacks) or "none"
+    off = switched_off(raw)  # `[stacks.NAME] enabled = false`: not configured, for the plan
+    if stack not in stacks or stack in off:
+        configured = ", ".join(s for s in STACK_NAMES if s in stacks and s not in off) or "none"
         raise OpsError(f"--stack {stack!r}: not in the configuration (configured: {configured})",
                        exit_code=EXIT_USAGE)
     over = {k: v for k, v in (("vllm", vllm), ("capacity", capacity)) if v}

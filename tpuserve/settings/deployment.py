@@ -14,7 +14,6 @@ from pydantic import (
 )
 
 from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
-from tpuserve.facts import FLEX_ZONES_BAD, FLEX_ZONES_GOOD
 from tpuserve.kinds import KINDS, STACK_NAMES, Kind, words
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, spec_error
@@ -33,6 +32,7 @@ from tpuserve.settings.sections import (
 from tpuserve.settings.stack import GuardedVmStackSettings, StackSettings, of_kind
 from tpuserve.settings.string_rules import check
 from tpuserve.settings.vllm import VllmSettings
+from tpuserve.zones import Offer, offered, zone_fact
 
 
 class Deployment(StrictModel):
@@ -105,19 +105,21 @@ class Deployment(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _flex_zone(self) -> Deployment:
-        zone, accel = self.gcp.zone, self.tpu.accelerator_type
-        if self.kind.queued_resource and accel == "v5litepod-1" and (
-            zone in FLEX_ZONES_BAD
-        ):
-            raise spec_error(
-                "gcp.zone", zone,
-                f"flex-start does not take {accel} there; use {next(iter(FLEX_ZONES_GOOD))} "
-                "(set TPUSERVE_ZONE)",
-                f"{FLEX_ZONES_BAD[zone]}: the API answered 'FLEX_START provisioning model is "
-                f'not supported for accelerator type "{accel}"\'',
-            )
-        return self
+    def _zone_offers(self) -> Deployment:
+        # A zone measured to refuse the accelerator under this provisioning model (tpuserve/
+        # zones.py) fails here, before anything is deployed; an unknown one only warns.
+        zone, accel, kind = self.gcp.zone, self.tpu.accelerator_type, self.kind
+        fact = zone_fact(accel, kind.provisioning_model, zone)
+        if kind.on_gke or fact.state is not Offer.REFUSED:
+            return self
+        good = next(iter(offered(accel, kind.provisioning_model)), None)
+        use = f"use {good} (set TPUSERVE_ZONE), or " if good else ""
+        raise spec_error(
+            "gcp.zone", zone,
+            f"{kind.title} does not take {accel} there; {use}set [stacks.{self.name}] "
+            "enabled = false to synthesize the other stacks without it",
+            fact.source,
+        )
 
     @model_validator(mode="wrap")
     @classmethod

@@ -27,7 +27,7 @@ from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
-from tpuserve.settings.stack import StackKeys
+from tpuserve.settings.stack import STACK_SWITCH, StackKeys
 from tpuserve.settings.string_rules import shown
 from tpuserve.settings.warnings import deployment_warnings
 
@@ -38,7 +38,7 @@ class Loaded:
 
     deployments: dict[str, Deployment]
     warnings: list[str] = field(default_factory=list)
-    base: Base | None = None  # None only when no serving stack is configured
+    base: Base | None = None  # None only when no serving stack is configured (or switched off)
 
 
 def load(environ: Mapping[str, str] | None = None, *, path: Path = DEFAULT_CONFIG) -> Loaded:
@@ -52,7 +52,7 @@ def from_raw(raw: Mapping[str, Any]) -> Loaded:
     for name, d in deployments.items():
         problems.extend(f"[{name}] {p}" for p in capacity_problems(d))
     base = None
-    if deployments and not problems:
+    if not problems and (deployments or switched_off(raw)):  # all off: the base stays
         base, base_problems = base_of(raw, deployments)
         problems.extend(base_problems)
     if problems:
@@ -62,12 +62,21 @@ def from_raw(raw: Mapping[str, Any]) -> Loaded:
     return Loaded(deployments, warnings, base)
 
 
+def switched_off(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """The stacks whose [stacks.NAME] table says enabled = false, in the registry's order."""
+    stacks = raw.get("stacks")
+    if not isinstance(stacks, Mapping):
+        return ()
+    return tuple(n for n in STACK_NAMES if isinstance(stacks.get(n), Mapping)
+                 and stacks[n].get(STACK_SWITCH) is False)
+
+
 def base_of(raw: Mapping[str, Any], deployments: Mapping[str, Deployment],
-            ) -> tuple[Base, list[str]]:
+            ) -> tuple[Base | None, list[str]]:
     """The deployment's base, from the top-level [gcp], [cache] and [state] tables, and one
     problem per stack whose own table moves it off that base (another project, region,
     deployment, network or state): it would look for a base nobody deploys."""
-    any_stack = next(iter(deployments.values()))
+    any_stack = next(iter(deployments.values()), None)
     try:
         base = Base(
             gcp=GcpSettings.model_validate(raw.get("gcp", {})),
@@ -77,6 +86,8 @@ def base_of(raw: Mapping[str, Any], deployments: Mapping[str, Deployment],
     except ValidationError:
         # The top level alone is incomplete (say, [gcp] only in the stack tables, and every
         # stack agrees): the stacks' shared base is the base.
+        if any_stack is None:  # and no serving stack to find it in: no base
+            return None, []
         base = any_stack.base
     problems = []
     for name, d in deployments.items():
@@ -243,7 +254,19 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Deployment], list[str]]:
     shared = {k: v for k, v in raw.items() if k != "stacks"}
     for name, table in stacks.items():
         over = dict(table)
+        enabled = over.pop(STACK_SWITCH, True)
         stack_keys = {k: over.pop(k) for k in list(over) if k in StackKeys.model_fields}
+        if enabled is not True:
+            # Off (or not a boolean): only the table's own keys are checked; a stack switched
+            # off is not validated with the rest, nor synthesized.
+            # A key that is neither a section nor a stack key is a typo here too (refused).
+            typos = {k: v for k, v in over.items() if k not in Deployment.model_fields}
+            try:
+                StackKeys.model_validate(stack_keys | typos | {STACK_SWITCH: enabled})
+            except ValidationError as exc:
+                problems.extend(_format_error(name, {**e, "loc": ("stacks", name, *e["loc"])})
+                                for e in exc.errors())
+            continue
         data = deep_merge(shared, over) | {"name": name, "stack": stack_keys}
         try:
             out[name] = Deployment.model_validate(data)

@@ -29,7 +29,8 @@ from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.flag_rules import flag_of
 from tpuserve.settings.measured_rules import Rule
-from tpuserve.settings.stack import StackKeys
+from tpuserve.settings.stack import STACK_SWITCH, StackKeys
+from tpuserve.zones import ZONES, Offer
 
 DOC_PATH = Path("docs") / "configuration.md"
 
@@ -126,13 +127,31 @@ def _setting(path: str, model: type[BaseModel], name: str, info: FieldInfo) -> s
     about = notes[0] if notes else _comment_above(model, name)
     if about:
         lines += [about, ""]
-    if model is StackKeys and name != "provisioning_model":
+    if model is StackKeys and name not in ("provisioning_model", STACK_SWITCH):
         used = ", ".join(f"`{k.name}`" for k in KINDS if name in k.stack_keys)
         lines += [f"Used by the kinds {used}; elsewhere accepted, ignored, and warned of.", ""]
     for rule in measured_rules.rules_of(path):
         if rule.level != "note":
             lines.append(f"- {rule.level}: {_words(rule)}")
+    if path == "gcp.zone":
+        lines += [*([""] if lines[-1] else []), *_zone_table()]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _zone_table() -> list[str]:
+    """tpuserve/zones.py: each accelerator and TPU VM provisioning model's known zones."""
+    out = ["| accelerator | provisioning model | offered | refused |", "|---|---|---|---|"]
+    for (accel, model), facts in ZONES.items():
+        cells = []
+        for state in (Offer.OFFERED, Offer.REFUSED):
+            by_source: dict[str, list[str]] = {}
+            for zone, fact in facts.items():
+                if fact.state is state:
+                    by_source.setdefault(fact.source, []).append(f"`{zone}`")
+            cells.append("; ".join(f"{', '.join(z)} ({why})" for why, z in by_source.items())
+                         or "none known")
+        out.append(f"| `{accel}` | `{model}` | {cells[0]} | {cells[1]} |")
+    return [*out, "", "Any other zone is unknown: synth warns."]
 
 
 def _words(rule: Rule) -> str:

@@ -44,6 +44,8 @@ class GcpSettings(StrictModel):
     # config/default.toml's placeholder synthesizes offline; TPUSERVE_PROJECT sets a real one.
     project: str
     # SPEC 1: the only zone that accepted flex-start for v5litepod-1 where it was measured.
+    # A zone measured to refuse a stack's accelerator and provisioning model is an error; one
+    # no source names is a warning (tpuserve/zones.py: the table below).
     zone: str = "us-west4-a"
     # Unset: the project creates a network and subnet of its own (`<deployment>-net`), so the
     # firewall rules are the only ones that apply. Set: bring your own (nothing is created).

@@ -27,6 +27,10 @@ class StackKeys(StrictModel):
     apply to it (StackSettings below)."""
 
     provisioning_model: ProvisioningModel
+    # false leaves the stack out: its table's own keys are still checked, but it is neither
+    # validated with the rest of the config nor synthesized, planned or listed as configured
+    # (say, `[stacks.flex] enabled = false` where the zone refuses flex-start). The base stays.
+    enabled: bool = True
     # Billing guard for spot/ondemand: a Cloud Tasks task deletes the node this many hours
     # after its createTime (0: off); Cloud Tasks schedules at most 30 days ahead.
     max_run_hours: Annotated[float, Field(ge=0)] = 8
@@ -70,6 +74,10 @@ class StackKeys(StrictModel):
                 "a queued resource that may wait 0 s can never be provisioned",
             )
         return v
+
+
+# The key every kind's table takes that the loader reads itself (settings/loader.py).
+STACK_SWITCH = "enabled"
 
 
 class StackSettings(StrictModel):
@@ -128,6 +136,6 @@ def of_kind(table: object) -> StackSettings:
     kind = by_model(flat.provisioning_model)
     ignored = tuple(k for k in StackKeys.model_fields
                     if k in flat.model_fields_set and k not in kind.stack_keys
-                    and k not in StackSettings.model_fields)
+                    and k not in StackSettings.model_fields and k != STACK_SWITCH)
     return settings_class(kind)(provisioning_model=flat.provisioning_model, ignored=ignored,
                                 **{k: getattr(flat, k) for k in kind.stack_keys})

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 
-from tpuserve.facts import FLEX_ZONES_GOOD, HOURS_PER_MONTH
+from tpuserve.facts import HOURS_PER_MONTH
 from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
+from tpuserve.zones import Offer, offered, zone_fact
 
 
 def deployment_warnings(d: Deployment) -> list[str]:
@@ -52,15 +53,28 @@ def deployment_warnings(d: Deployment) -> list[str]:
             "and every prompt and answer cross the network in clear text; keep the proxy and "
             "access.tls = 'self-signed' (the default)"
         )
-    if d.kind.queued_resource and d.gcp.zone not in FLEX_ZONES_GOOD:
-        good = ", ".join(f"{z} ({why})" for z, why in FLEX_ZONES_GOOD.items())
-        out.append(
-            f"gcp.zone = {d.gcp.zone!r}: flex-start acceptance of {d.tpu.accelerator_type} is "
-            f"unknown there (known good: {good}); a create that is refused fails at deploy "
-            "(SPEC 2: quota in a zone says nothing about whether flex-start is accepted)"
-        )
+    out += zone_warnings(d)
     out += measured_rules.warnings_of("tpu", dict(d.tpu))
     return out + fleet_warnings(d)
+
+
+def zone_warnings(d: Deployment) -> list[str]:
+    """A zone no source says offers the stack's accelerator under its provisioning model
+    (tpuserve/zones.py): it may work, and a refused create fails only at deploy."""
+    model, accel = d.kind.provisioning_model, d.tpu.accelerator_type
+    if d.kind.on_gke or zone_fact(accel, model, d.gcp.zone).state is not Offer.UNKNOWN:
+        return []
+    by_source: dict[str, list[str]] = {}
+    for zone, why in offered(accel, model).items():
+        by_source.setdefault(why, []).append(zone)
+    good = "; ".join(f"{', '.join(zones)} ({why})" for why, zones in by_source.items()) or (
+        "none in tpuserve/zones.py")
+    return [(
+        f"gcp.zone = {d.gcp.zone!r}: {d.kind.title} acceptance of {accel} is unknown there "
+        f"(known good: {good}); a create that is refused fails at deploy (SPEC 2: quota in a "
+        "zone says nothing about whether a provisioning model is accepted); "
+        f"[stacks.{d.name}] enabled = false leaves this stack out"
+    )]
 
 
 def fleet_warnings(d: Deployment) -> list[str]:

@@ -1,0 +1,110 @@
+"""Where each accelerator is offered: for an accelerator type (the TPU API's spelling) and a
+provisioning model, a zone is OFFERED, REFUSED or UNKNOWN, each verdict with its source.
+
+Measured facts (SPEC n of docs/measurements.md) stand over vendor ones; Google's published
+tables add zones labelled vendor, with the page and the date they were read (a stored copy of
+the page; its own age is not known here). A zone no source names is UNKNOWN: synth warns. Only a
+measured refusal is REFUSED: a zone missing from a vendor page proves nothing (pages lag the
+API), so it stays UNKNOWN. Pure data; the provisioning models are read from tpuserve.kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from tpuserve.kinds import KINDS, Kind
+
+
+class Offer(Enum):
+    OFFERED = "offered"
+    REFUSED = "refused"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ZoneFact:
+    """One verdict for one (accelerator type, provisioning model, zone), and where it is from."""
+
+    state: Offer
+    source: str  # "SPEC n: measured, ..." or "vendor: <page> (<address>), read <date>"
+
+
+UNKNOWN = ZoneFact(Offer.UNKNOWN, "")
+
+# The TPU VM kinds the table is about (a GKE node pool's availability is GKE's, not the TPU
+# API's: not in this table), told apart by their capacity flags.
+_VM_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if not k.on_gke)
+_FLEX = next(k.provisioning_model for k in _VM_KINDS if k.flex_start)
+_SPOT = next(k.provisioning_model for k in _VM_KINDS if k.spot)
+_STANDARD = next(k.provisioning_model for k in _VM_KINDS if not (k.spot or k.flex_start))
+VM_MODELS: tuple[str, ...] = tuple(k.provisioning_model for k in _VM_KINDS)
+
+V5E = ("v5litepod-1", "v5litepod-4", "v5litepod-8")
+V6E = ("v6e-1", "v6e-4", "v6e-8")
+ACCELERATOR_TYPES: tuple[str, ...] = V5E + V6E
+
+_READ = "read 2026-12-02"
+# The zones where "You can create TPU VMs", per TPU version (North America section; the stored
+# copy's Europe and Asia sections for v5e could not be read, so they stay unknown).
+_REGIONS = ("vendor: Google's 'TPU regions and zones' (docs.cloud.google.com/tpu/docs/"
+            f"types-zones), {_READ}")
+_REGIONS_EU = ("vendor: Google's 'TPU regions and zones', Europe (cloud.google.com/tpu/docs/"
+               f"regions-zones), {_READ}")
+# "You can only request Flex-start TPU v6e and v5e in the specified zones".
+_FLEX_PAGE = ("vendor: Google's 'Request Cloud TPUs using Flex-start', Limitations "
+              f"(cloud.google.com/tpu/docs/request-using-flex-start), {_READ}")
+# SPEC 1: the queued resource went ACTIVE in us-west4-a; europe-west4-a and -b refused it.
+_MEASURED_OK = "SPEC 1: measured, the queued resource went ACTIVE"
+_MEASURED_NO = ("SPEC 1: measured, the API answered 'FLEX_START provisioning model is not "
+                'supported for accelerator type "{accel}"\'')
+
+Key = tuple[str, str]  # (accelerator type, provisioning model)
+
+
+def _facts() -> dict[Key, dict[str, ZoneFact]]:
+    table: dict[Key, dict[str, ZoneFact]] = {
+        (a, m): {} for a in ACCELERATOR_TYPES for m in VM_MODELS}
+
+    def add(accels: Iterable[str], models: Iterable[str], zones: Iterable[str],
+            fact: ZoneFact) -> None:
+        for a in accels:
+            for m in models:
+                for z in zones:
+                    table[(a, m)].setdefault(z, fact)  # the first fact added stands
+
+    # Measured first: it stands over anything a vendor page says.
+    add(("v5litepod-1",), (_FLEX,), ("us-west4-a",), ZoneFact(Offer.OFFERED, _MEASURED_OK))
+    add(("v5litepod-1",), (_FLEX,), ("europe-west4-a", "europe-west4-b"),
+        ZoneFact(Offer.REFUSED, _MEASURED_NO.format(accel="v5litepod-1")))
+    # Vendor: the regions page lists TPU VM zones per version, for every TPU VM (on-demand and
+    # spot alike: it names no provisioning model).
+    vm = (_STANDARD, _SPOT)
+    add(V5E, vm, ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
+        ZoneFact(Offer.OFFERED, _REGIONS))
+    add(V6E, vm, ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b"),
+        ZoneFact(Offer.OFFERED, _REGIONS))
+    add(V6E, vm, ("europe-west4-a",), ZoneFact(Offer.OFFERED, _REGIONS_EU))
+    # Vendor: flex-start's own page (v5e in us-west4-a "for training", us-central1-a "for
+    # serving"; v6e "for training and serving").
+    add(V5E, (_FLEX,), ("us-west4-a",), ZoneFact(Offer.OFFERED, f"{_FLEX_PAGE}: for training"))
+    add(V5E, (_FLEX,), ("us-central1-a",), ZoneFact(Offer.OFFERED, f"{_FLEX_PAGE}: for serving"))
+    add(V6E, (_FLEX,), ("asia-northeast1-b", "us-east5-a"), ZoneFact(Offer.OFFERED, _FLEX_PAGE))
+    return table
+
+
+ZONES: Mapping[Key, Mapping[str, ZoneFact]] = _facts()
+
+
+def zone_fact(accelerator_type: str, provisioning_model: str, zone: str) -> ZoneFact:
+    """The verdict for one zone; UNKNOWN where no source names it (or the pair is not in the
+    table: an accelerator or kind it does not cover)."""
+    return ZONES.get((accelerator_type, provisioning_model), {}).get(zone, UNKNOWN)
+
+
+def offered(accelerator_type: str, provisioning_model: str) -> dict[str, str]:
+    """The zones known to offer the pair, measured ones first: zone -> source."""
+    facts = ZONES.get((accelerator_type, provisioning_model), {})
+    ok = {z: f.source for z, f in facts.items() if f.state is Offer.OFFERED}
+    return dict(sorted(ok.items(), key=lambda zs: not zs[1].startswith("SPEC")))
