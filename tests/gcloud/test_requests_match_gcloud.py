@@ -50,11 +50,12 @@ ZONE_FOR: dict[str, str] = {}
 
 @dataclass(frozen=True)
 class Facts:
-    """What Google documents for an accelerator (vendor: not measured here)."""
+    """What Google documents for an accelerator (vendor figures, not measured here): the
+    inputs of the gcloud commands, independent of our accelerator table."""
 
-    runtime_version: str   # Cloud TPU docs, "TPU software versions"
-    gke_machine_type: str  # GKE docs, "Plan TPUs in GKE" (single-host machine types)
-    gke_topology: str      # same table
+    runtime_version: str   # Cloud TPU docs, TPU software versions (v5e: also SPEC's boot)
+    gke_machine_type: str  # "Machine type (GKE API)" of cloud.google.com/tpu/docs/v5e, /v6e
+    gke_topology: str      # the same tables' topology (all single-host: one VM)
 
 
 ACCELERATOR_FACTS = {
@@ -116,7 +117,8 @@ _SYNTH: dict[str, tuple[dict[str, Deployment], dict[str, dict[str, Any]]]] = {}
 
 def synthesized_for(accelerator: str, tmp: Path) -> tuple[dict[str, Deployment],
                                                           dict[str, dict[str, Any]]]:
-    """The deployments and synthesized stacks of a user file that picks `accelerator`."""
+    """The deployments and synthesized stacks of a user file that picks `accelerator`
+    (synthesized once per accelerator and module, into `tmp`)."""
     if accelerator not in _SYNTH:
         user = tmp / f"{accelerator}.toml"
         zone = f'[gcp]\nzone = "{ZONE_FOR[accelerator]}"\n' if accelerator in ZONE_FOR else ""
@@ -265,15 +267,16 @@ def _one(posts: list[pr.ApiRequest]) -> pr.ApiRequest:
 
 @pytest.fixture(scope="module", params=_cases(), ids=lambda c: f"{c[0]}-{c[1]}")
 def recorded(request: pytest.FixtureRequest, deployments: dict[str, Deployment],
-             synthesized: dict[str, dict[str, Any]]) -> Iterator[Recorded]:
+             synthesized: dict[str, dict[str, Any]],
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    """One gcloud run per (accelerator, provisioning model), shared by the tests below."""
     accelerator, model = request.param
     with tempfile.TemporaryDirectory(prefix="gcloudreq-") as tmp:
-        workdir = Path(tmp)
         if deployments["spot"].tpu.accelerator_type == accelerator:
             chosen = (deployments, synthesized)  # the session's own synthesis: the default
         else:
-            chosen = synthesized_for(accelerator, Path(tempfile.mkdtemp(prefix="gcloudreq-")))
-        yield _record(accelerator, model, *chosen, workdir)
+            chosen = synthesized_for(accelerator, tmp_path_factory.mktemp(accelerator))
+        yield _record(accelerator, model, *chosen, Path(tmp))
 
 
 # ---------------------------------------------------------------- the tests
