@@ -72,7 +72,6 @@ COMPUTE_CLASS_KEY = "cloud.google.com/compute-class"  # stacks/fleet.py's node l
 PROVISIONING_LABEL = "tpuserve/provisioning"
 
 # ---------------------------------------------------------------- the listed differences
-PROTO_DEFAULT = "proto3"  # (see field_diff: zero vs absent needs no entry)
 TERRAFORM_LABELS = {
     "labels.managed_by": "the provider's default_labels (stacks/stack.py), merged into "
                          "effective_labels by tpgresource/labels.go SetLabelsDiff",
@@ -99,9 +98,13 @@ POOL_GCLOUD_ONLY = {
         "leaves upgrade_settings unset, so GKE applies the same default",
     "parent": "gcloud repeats the URL's parent in the body; the provider sends "
               "CreateNodePoolRequest{NodePool} only, the parent being the URL path",
-    "nodePool.placementPolicy.tpuTopology": "FINDING, unresolved: the documented command "
-        "passes --tpu-topology; our pools set no placement_policy and rely on GKE deriving a "
-        "single-host slice's topology from its machine type (not verified here)",
+    "nodePool.placementPolicy.tpuTopology": "sent because the documented command passes "
+        "--tpu-topology (gcloud without it sends no placementPolicy); container.v1beta1 "
+        "documents tpuTopology for pod-slice (multi-host) pools, and ours are single-host "
+        "with none set. Not proven on GKE that a pool without it gets the machine type's "
+        "one-VM topology; ct6e-standard-4t also serves 2x4 over 2 VMs (cloud.google.com/tpu/"
+        "docs/v6e), so a v6e-4 pool should set placement_policy.tpu_topology (this entry "
+        "then goes stale and must be removed)",
 }
 
 
