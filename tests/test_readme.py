@@ -212,6 +212,15 @@ def test_the_prose_figures_match_the_plan(plans: dict[str, dict[str, Any]]) -> N
     assert f"every {flex['break_even_hours']['cold']:.1f} h" in TEXT
     assert f"({flex['break_even_hours']['warm']:.1f} h with a warm cache)" in TEXT
     assert f"({flex['kv_wall']['8192']} at 8,192 tokens, derived)" in TEXT
+    prices = flex["provisioning"]
+    dearer = (prices["flex"]["usd_per_hour"] / prices["spot"]["usd_per_hour"] - 1) * 100
+    assert f"{dearer:.1f}% dearer than spot" in TEXT
+    # A forgotten weekend on spot: 60 h (docs/measurements.md, SPEC 7), to the dollar.
+    assert f"a forgotten weekend would be ~${prices['spot']['usd_per_hour'] * 60:.0f}" in TEXT
+    peak = max(c["output_tokens_per_s"] for c in flex["throughput"])
+    assert f"one chip's measured peak ({peak:,} tok/s, SPEC 6)" in TEXT
+    overhead = plans["fleet"]["fleet"]["overhead_usd_per_hour"]["min"]
+    assert f"autoscaling are worth ~${overhead:.2f}/h" in TEXT
 
 
 def test_the_planner_page_states_what_the_default_flex_stack_plans(
