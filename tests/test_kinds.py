@@ -214,3 +214,15 @@ def test_ops_dispatch_on_the_kinds_capacity() -> None:
         "spot": recovery.NODE, "ondemand": recovery.NODE, "flex": recovery.QUEUED_RESOURCE}
     assert {n: d.has_billing_guard for n, d in found.items()} == {
         "spot": True, "ondemand": True, "flex": False}
+
+
+def test_every_ops_table_maps_every_shape_of_capacity() -> None:
+    # A kind names its capacity; ops keys its behaviour by it in one table per concern, each
+    # of which must know every shape the registry has (the fleet's recovery and wait: GKE's).
+    from tpuserve.ops import recovery, status_kinds, waiter
+
+    assert set(kinds.CAPACITIES) == {kinds.TPU_VM, kinds.QUEUED_RESOURCE, kinds.GKE}
+    assert set(status_kinds.BY_CAPACITY) == set(kinds.CAPACITIES)
+    assert set(recovery.BY_CAPACITY) == set(waiter.PHASES) == set(kinds.CAPACITIES) - {kinds.GKE}
+    assert [k.capacity for k in kinds.KINDS] == [kinds.TPU_VM, kinds.TPU_VM,
+                                                 kinds.QUEUED_RESOURCE, kinds.GKE]

@@ -23,6 +23,9 @@ from typing import Any
 
 from tpuserve.kinds import synth_lines
 
+# The shapes of capacity a kind runs on (Kind.capacity).
+TPU_VM, QUEUED_RESOURCE, GKE = "tpu-vm", "queued-resource", "gke"
+
 SummaryLine = Callable[["Kind", str, Mapping[str, Any], Mapping[str, Any]], "str | None"]
 
 
@@ -56,6 +59,13 @@ class Kind:
         return self.flex_start and not self.on_gke
 
     @property
+    def capacity(self) -> str:
+        """The shape of its capacity, which ops keys its behaviour by (how its status is read,
+        what is dead and how it recovers, what `wait` waits for): each ops table maps every
+        shape in CAPACITIES, so a new kind of a known shape needs no ops change."""
+        return GKE if self.on_gke else QUEUED_RESOURCE if self.flex_start else TPU_VM
+
+    @property
     def name_bound(self) -> bool:
         """Only the stack of its name may be of this kind, and it of no other (the fleet)."""
         return self.on_gke
@@ -81,6 +91,7 @@ PROVISIONING_MODELS: tuple[str, ...] = tuple(k.provisioning_model for k in KINDS
 POOL_MODELS: tuple[str, ...] = tuple(
     k.provisioning_model for k in sorted((k for k in KINDS if k.pool_rank is not None),
                                          key=lambda k: k.pool_rank or 0))
+CAPACITIES: tuple[str, ...] = tuple(dict.fromkeys(k.capacity for k in KINDS))
 PRICE_KEYS: tuple[str, ...] = tuple(k.price_key for k in KINDS if k.price_key)
 
 _BY_MODEL: dict[str, Kind] = {k.provisioning_model: k for k in KINDS}

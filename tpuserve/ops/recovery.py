@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tpuserve import kinds
 from tpuserve.bounded_call import client_deadline
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.tpu.nodes import NodeView
@@ -306,6 +307,11 @@ NODE = Capacity(_diagnose_node, _alive_node, _delete_node)
 QUEUED_RESOURCE = Capacity(_diagnose_queued, _alive_queued, _delete_queued)
 
 
+# Each shape of capacity (tpuserve/kinds CAPACITIES) `recover` can replace; GKE replaces a
+# fleet's own (tpuserve/cli/recover.py refuses it).
+BY_CAPACITY: dict[str, Capacity] = {kinds.TPU_VM: NODE, kinds.QUEUED_RESOURCE: QUEUED_RESOURCE}
+
+
 def _capacity(d: Deployment) -> Capacity:
     """The kind's capacity (tpuserve/kinds): a queued resource, or a node."""
-    return QUEUED_RESOURCE if d.kind.queued_resource else NODE
+    return BY_CAPACITY[d.kind.capacity]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Protocol
 
+from tpuserve import kinds
 from tpuserve.gcp.tpu.nodes import NodeView
 from tpuserve.gcp.tpu.queued_resources import DEAD_STATES, KNOWN_STATES, MISSING, QueuedResource
 from tpuserve.settings import Deployment
@@ -126,14 +127,14 @@ class FleetKind:
 StatusKind = NodeKind | FleetKind
 
 NODE, FLEX, FLEET = NodeKind(), FlexKind(), FleetKind()
+# Each shape of capacity (tpuserve/kinds CAPACITIES) and how its status is read and told.
+BY_CAPACITY: dict[str, StatusKind] = {kinds.TPU_VM: NODE, kinds.QUEUED_RESOURCE: FLEX,
+                                      kinds.GKE: FLEET}
 
 
 def status_kind(d: Deployment) -> StatusKind:
     """The stack's kind, for everything its status reads and says (the one choice)."""
-    kind = d.kind  # tpuserve/kinds: its capacity flags, never its name
-    if kind.on_gke:
-        return FLEET
-    return FLEX if kind.queued_resource else NODE
+    return BY_CAPACITY[d.kind.capacity]
 
 
 def node_kind(d: Deployment) -> NodeKind:

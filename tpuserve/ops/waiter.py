@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import httpx
 
+from tpuserve import kinds
 from tpuserve.bounded_call import client_deadline
 from tpuserve.gcp.errors import ApiError
 from tpuserve.gcp.retry import DEFAULT_POLICY
@@ -100,10 +101,17 @@ def _read(fn: Callable[[], T]) -> T:
         raise _Unreadable(f"{UNREADABLE} ({exc.code} {exc.status}: {exc.message})") from None
 
 
+# The phases each shape of capacity (tpuserve/kinds CAPACITIES) passes through, in order; the
+# fleet's wait is tpuserve/ops/fleet_wait.py's.
+PHASES: dict[str, tuple[str, ...]] = {
+    kinds.TPU_VM: (PHASE_NODE, PHASE_BOOT, PHASE_HEALTH),
+    kinds.QUEUED_RESOURCE: (PHASE_QR, PHASE_NODE, PHASE_BOOT, PHASE_HEALTH),
+}
+
+
 def phases_of(d: Deployment) -> tuple[str, ...]:
     """The phases the stack's kind passes through, in order (tpuserve/kinds)."""
-    return ((PHASE_QR,) if d.kind.queued_resource else ()) + (PHASE_NODE, PHASE_BOOT,
-                                                               PHASE_HEALTH)
+    return PHASES[d.kind.capacity]
 
 
 def wait_for_stack(
