@@ -22,6 +22,7 @@ from tpuserve.planner.geometry import GeometryError
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.loader import all_warnings, deep_merge
+from tpuserve.settings.model_inputs import plan_sources
 
 from .common import JsonOpt, command, console, emit_json, err_console
 
@@ -151,13 +152,18 @@ def plan(
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),
                            "base": {"deployment": d.gcp.deployment, **dormant.as_json()},
-                           **({} if fleet is None else {"fleet": fleet.as_json()})}))
+                           **({} if fleet is None else {"fleet": fleet.as_json()}),
+                           "sources": plan_sources(d)}))
         return
     from tpuserve.planner import report as plan_report
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
     plan_report.print_plan(result, console)
+    # Only what is not measured: the default deployment's table stays as it was.
+    for name, source in plan_sources(d).items():
+        if not source.startswith("measured"):
+            console.print(f"{name}: {source}", markup=False, soft_wrap=True)
     if fleet is not None:
         from tpuserve.planner import fleet_report
 
