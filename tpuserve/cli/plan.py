@@ -159,9 +159,16 @@ def plan(
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
-    plan_report.print_plan(result, console)
+    sources = plan_sources(d)
+    labels: dict[str, str] = {}
+    if not sources["weights_bytes"].startswith("measured"):
+        labels["weights"] = ("weights (capacity.weights_gib)" if sources["weights_bytes"]
+                             .startswith("capacity.") else "weights (derived: index total_size)")
+    if not sources["throughput"].startswith("measured"):
+        labels["tok_s"] = "Gemma 4 E2B's measured tok/s (not this model's)"
+    plan_report.print_plan(result, console, labels)
     # Only what is not measured: the default deployment's table stays as it was.
-    for name, source in plan_sources(d).items():
+    for name, source in sources.items():
         if not source.startswith("measured"):
             console.print(f"{name}: {source}", markup=False, soft_wrap=True)
     if fleet is not None:

@@ -148,7 +148,7 @@ def plan_sources(d: Deployment) -> dict[str, str]:
     kv = ("measured SPEC 5 (18,432 B/token at TP 1, recomputed from the geometry)"
           if measured_geometry and d.vllm.tensor_parallel_size == 1 else
           "derived from the measured geometry (SPEC 5 arithmetic)" if measured_geometry else
-          f"derived from the model's geometry ({inputs.sources.get('geometry', 'none')})")
+          "derived: computed from the model's geometry (see geometry)")
     v5e = d.tpu.accelerator_type.startswith("v5litepod")
     return {
         "weights_bytes": inputs.sources.get("weights_bytes", "none"),
