@@ -147,3 +147,19 @@ def test_default_model_keeps_its_measured_figures_and_merged_limits(tmp_path: Pa
     assert d.vllm.limit_mm_per_prompt == {"image": 0, "audio": 1}
     assert d.vllm.tool_call_parser == "gemma4"
     assert all(s.startswith("measured") for name, s in plan_sources(d).items())
+
+
+def test_the_multimodal_floor_is_a_derived_limit_for_another_model(tmp_path: Path) -> None:
+    lines = problems(tmp_path, QWEN_TOML + 'limit_mm_per_prompt = { image = 1 }\n'
+                     'max_num_batched_tokens = 1024\n'
+                     '[capacity]\nmodel_geometry = "q.json"\nweights_gib = 7.5\n',
+                     {"q.json": QWEN})
+    floor = [p for p in lines if "vllm.max_num_batched_tokens" in p]
+    assert floor and "derived for Qwen/Qwen3-4B: measured for Gemma 4 E2B" in floor[0]
+    assert "margin:" in floor[0]
+
+
+def test_the_multimodal_floor_stays_measured_for_the_default(tmp_path: Path) -> None:
+    lines = problems(tmp_path, '[vllm]\nmax_num_batched_tokens = 1024\n')
+    floor = [p for p in lines if "vllm.max_num_batched_tokens" in p]
+    assert floor and "derived" not in floor[0]

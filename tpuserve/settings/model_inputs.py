@@ -18,8 +18,8 @@ from tpuserve.facts import GiB
 from tpuserve.paths import DEFAULT_CONFIG
 from tpuserve.planner.geometry import GeometryError, named_model, read_config
 from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.model_profiles import DEFAULT_MODEL
 
-DEFAULT_MODEL = "google/gemma-4-E2B-it"
 MODELS_DIR = DEFAULT_CONFIG.parent / "models"
 # An index lists every tensor of a checkpoint: tens of KB for a 70B model; far more is not one.
 MAX_INDEX_BYTES = 16 << 20
