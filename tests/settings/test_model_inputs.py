@@ -163,3 +163,24 @@ def test_the_multimodal_floor_stays_measured_for_the_default(tmp_path: Path) -> 
     lines = problems(tmp_path, '[vllm]\nmax_num_batched_tokens = 1024\n')
     floor = [p for p in lines if "vllm.max_num_batched_tokens" in p]
     assert floor and "derived" not in floor[0]
+
+
+def test_another_models_serve_flags_carry_none_of_gemmas(tmp_path: Path) -> None:
+    from tpuserve.render.vllm_args import serve_argv
+
+    loaded = load(tmp_path, QWEN_TOML + '[capacity]\nmodel_geometry = "q.json"\n'
+                  'weights_gib = 7.5\n', {"q.json": QWEN})
+    argv = serve_argv(loaded.deployments["spot"].vllm)
+    assert "Qwen/Qwen3-4B" in argv and "gemma4" not in argv
+    assert "--limit-mm-per-prompt" not in argv
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
+
+
+def test_another_model_synthesizes_every_stack(tmp_path: Path) -> None:
+    from tests.conftest import synth
+
+    loaded = load(tmp_path, QWEN_TOML + '[capacity]\nmodel_geometry = "q.json"\n'
+                  'weights_gib = 7.5\n', {"q.json": QWEN})
+    stacks = synth(loaded.deployments, tmp_path / "out")
+    assert {"spot", "ondemand", "flex", "fleet"} <= set(stacks)
+    assert "Qwen/Qwen3-4B" in json.dumps(stacks["spot"])
