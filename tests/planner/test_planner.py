@@ -308,8 +308,6 @@ def test_e2b_at_tp4_pays_4x(e2b: ModelGeometry) -> None:
     [
         "num_hidden_layers",
         "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
         "hidden_size",
         "intermediate_size",
         "vocab_size",

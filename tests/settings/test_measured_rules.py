@@ -186,8 +186,8 @@ def test_default_toml_restates_no_model_default() -> None:
             value = value[key]
         if value == _model_default(path):
             restated.append(".".join(leaf))
-    # The one exception, on purpose: a user's table merges into it key by key.
-    assert restated == ["vllm.limit_mm_per_prompt"]
+    # limit_mm_per_prompt moved to the model's profile, which a user's table merges into.
+    assert restated == []
 
 
 def test_a_users_limit_mm_table_merges_into_the_default_one() -> None:

@@ -22,6 +22,7 @@ from tpuserve.planner.geometry import GeometryError
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
+from tpuserve.settings.model_inputs import plan_sources
 
 from .common import JsonOpt, command, console, emit_json, err_console
 
@@ -152,13 +153,25 @@ def plan(
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),
                            "base": {"deployment": d.gcp.deployment, **dormant.as_json()},
-                           **({} if fleet is None else {"fleet": fleet.as_json()})}))
+                           **({} if fleet is None else {"fleet": fleet.as_json()}),
+                           "sources": plan_sources(d)}))
         return
     from tpuserve.planner import report as plan_report
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
-    plan_report.print_plan(result, console)
+    sources = plan_sources(d)
+    labels: dict[str, str] = {}
+    if not sources["weights_bytes"].startswith("measured"):
+        labels["weights"] = ("weights (capacity.weights_gib)" if sources["weights_bytes"]
+                             .startswith("capacity.") else "weights (derived: index total_size)")
+    if not sources["throughput"].startswith("measured"):
+        labels["tok_s"] = "Gemma 4 E2B's measured tok/s (not this model's)"
+    plan_report.print_plan(result, console, labels)
+    # Only what is not measured: the default deployment's table stays as it was.
+    for name, source in sources.items():
+        if not source.startswith("measured"):
+            console.print(f"{name}: {source}", markup=False, soft_wrap=True)
     if fleet is not None:
         from tpuserve.planner import fleet_report
 

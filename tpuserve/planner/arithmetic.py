@@ -107,6 +107,8 @@ class ModelGeometry:
     vocab_size_per_layer_input: int
     hidden_size_per_layer_input: int
     tie_word_embeddings: bool
+    # The context the checkpoint was trained for (None when its config.json does not say).
+    max_position_embeddings: int | None = None
 
     def __post_init__(self) -> None:
         n = self.num_hidden_layers
@@ -143,11 +145,10 @@ class ModelGeometry:
                 layer_types=_layer_types(text, n),
                 sliding_window=text.sliding_window,
                 num_attention_heads=text.num_attention_heads,
-                num_key_value_heads=text.num_key_value_heads,
-                num_global_key_value_heads=(text.num_global_key_value_heads
-                                            or text.num_key_value_heads),
-                head_dim=text.head_dim,
-                global_head_dim=text.global_head_dim or text.head_dim,
+                num_key_value_heads=text.kv_heads,
+                num_global_key_value_heads=text.num_global_key_value_heads or text.kv_heads,
+                head_dim=text.dim_per_head,
+                global_head_dim=text.global_head_dim or text.dim_per_head,
                 hidden_size=text.hidden_size,
                 intermediate_sizes=_intermediate_sizes(text.intermediate_size, n),
                 vocab_size=text.vocab_size,
@@ -155,6 +156,8 @@ class ModelGeometry:
                 hidden_size_per_layer_input=text.hidden_size_per_layer_input or 0,
                 tie_word_embeddings=(tie if tie is not None else
                                      outer_tie if outer_tie is not None else True),
+                max_position_embeddings=(text.max_position_embeddings
+                                         or config.get("max_position_embeddings")),
             )
         except ValueError as exc:  # the cross-field rules of __post_init__
             raise GeometryError([str(exc)]) from None

@@ -74,9 +74,11 @@ class TextConfig(BaseModel):
     use_sliding_window: bool | None = None
     sliding_window_pattern: Layers | None = None
     num_attention_heads: Heads
-    num_key_value_heads: Heads
+    # HF's own default when absent: one KV head per query head (multi-head attention).
+    num_key_value_heads: Heads | None = None
     num_global_key_value_heads: Heads | None = None
-    head_dim: HeadDim
+    # HF's own default when absent: hidden_size / num_attention_heads (must divide).
+    head_dim: HeadDim | None = None
     global_head_dim: HeadDim | None = None
     hidden_size: Hidden
     intermediate_size: Intermediate | Annotated[list[Intermediate], Field(max_length=MAX_LAYERS)]
@@ -85,6 +87,7 @@ class TextConfig(BaseModel):
     hidden_size_per_layer_input: Annotated[int, Field(ge=0, le=MAX_HIDDEN)] | None = None
     tie_word_embeddings: bool | None = None
     attention_k_eq_v: bool | None = None
+    max_position_embeddings: Annotated[int, Field(ge=1, le=MAX_WINDOW)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TextConfig:
@@ -109,12 +112,43 @@ class TextConfig(BaseModel):
                 problems.append(f"{name} = {kv}: must divide num_attention_heads "
                                 f"({self.num_attention_heads}); each KV head serves a whole "
                                 "group of query heads")
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            problems.append(f"head_dim is required: hidden_size ({self.hidden_size}) is not a "
+                            f"multiple of num_attention_heads ({self.num_attention_heads})")
         if self.attention_k_eq_v:
             # Gemma 4 large models share K and V on full layers; not measured, not modelled.
             problems.append("attention_k_eq_v = true: not modelled by the planner")
         if problems:
             raise ValueError(" | ".join(problems))
         return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+# Fields of layouts whose cache is not K and V per head per token: the planner cannot size
+# them from this arithmetic, so it refuses them by name rather than guess.
+UNSIZED_FIELDS: dict[str, str] = {
+    "kv_lora_rank": "latent attention (MLA: a compressed KV latent per token)",
+    "q_lora_rank": "latent attention (MLA: a compressed KV latent per token)",
+    "ssm_state_size": "state-space layers (a fixed state per sequence, not KV per token)",
+    "mamba_d_state": "state-space layers (a fixed state per sequence, not KV per token)",
+    "linear_attn_config": "linear attention (a fixed state per sequence, not KV per token)",
+    "layers_block_type": "hybrid state-space/attention layers",
+    "attn_layer_indices": "hybrid state-space/attention layers",
+}
+
+
+def unsized_problems(config: dict[str, Any], prefix: str = "") -> list[str]:
+    """One line per field of a layout the planner does not size (latent, linear, SSM)."""
+    return [f"{prefix}{name} = {_show(config[name])}: {what}: not sized by the planner "
+            "(it sizes multi-head, grouped-query, multi-query, sliding and KV-shared layers)"
+            for name, what in UNSIZED_FIELDS.items() if config.get(name) is not None]
 
 
 class HfConfig(BaseModel):
@@ -124,6 +158,7 @@ class HfConfig(BaseModel):
 
     text_config: dict[str, Any] | None = None
     tie_word_embeddings: bool | None = None
+    max_position_embeddings: Annotated[int, Field(ge=1, le=MAX_WINDOW)] | None = None
 
 
 def _show(value: Any) -> str:
@@ -142,7 +177,8 @@ def _rule(error: Any) -> str:
     if kind == "bool_type":
         return "must be true or false"
     if kind == "literal_error":
-        return f"must be {SLIDING!r} or {FULL!r}"
+        return (f"must be {SLIDING!r} or {FULL!r}: the planner does not size other layers "
+                "(linear attention, state-space, ...)")
     if kind == "list_type":
         return "must be a list"
     if kind == "too_long":
@@ -194,10 +230,24 @@ def parse_text_config(config: Any) -> tuple[TextConfig, bool | None]:
         raise GeometryError(_problems(exc, "")) from None
     nested = bool(outer.text_config)
     text = outer.text_config if nested else config
+    prefix = "text_config." if nested else ""
+    if unsized := unsized_problems(config) + (unsized_problems(text, prefix) if nested else []):
+        raise GeometryError(unsized)
     try:
         return TextConfig.model_validate(text), outer.tie_word_embeddings
     except ValidationError as exc:
-        raise GeometryError(_problems(exc, "text_config." if nested else "")) from None
+        raise GeometryError(_problems(exc, prefix)) from None
+
+
+def named_model(config: Any) -> str | None:
+    """The model id a config.json names itself by (`_name_or_path` / `name_or_path`), if any."""
+    if not isinstance(config, dict):
+        return None
+    for key in ("_name_or_path", "name_or_path"):
+        value = config.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def read_config(path: str | Path) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,13 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-def budget_table(plan: Plan) -> Table:
+def budget_table(plan: Plan, weights_label: str = "weights (measured)") -> Table:
     b = plan.budget
     t = Table("HBM budget", "bytes", "GiB", title="HBM budget (SPEC 5)")
     rows = [
         ("visible to the runtime", b.hbm_visible_bytes),
         (f"cap at gpu_memory_utilization {plan.gpu_memory_utilization}", b.cap_bytes),
-        ("weights (measured)", b.weights_bytes),
+        (weights_label, b.weights_bytes),
         ("KV pool", b.kv_pool_bytes),
         ("ungoverned remainder (XLA programs)", b.ungoverned_bytes),
     ]
@@ -123,7 +124,7 @@ def rebuild_table(plan: Plan) -> Table | None:
     return t
 
 
-def expected_table(plan: Plan) -> Table | None:
+def expected_table(plan: Plan, tok_s_label: str = "measured output tok/s") -> Table | None:
     e = plan.expected
     if e is None:
         return None
@@ -132,25 +133,27 @@ def expected_table(plan: Plan) -> Table | None:
     t.add_row("KV tokens available", f"{e.kv_capacity_tokens:,}")
     t.add_row("fits under the KV wall", "yes" if e.fits else f"NO (max {e.max_clients} clients)")
     if e.output_tokens_per_s is not None:
-        t.add_row("measured output tok/s", f"{e.output_tokens_per_s:,.1f}")
+        t.add_row(tok_s_label, f"{e.output_tokens_per_s:,.1f}")
     return t
 
 
-def renderables(plan: Plan) -> list[RenderableType]:
+def renderables(plan: Plan, labels: Mapping[str, str] | None = None) -> list[RenderableType]:
+    """The plan's tables; `labels` relabels figures that are not measured (weights, tok_s)."""
+    labels = labels or {}
     tables = [
-        budget_table(plan),
+        budget_table(plan, labels.get("weights", "weights (measured)")),
         kv_table(plan),
         capacity_table(plan),
         decode_table(plan),
         cost_table(plan),
         rebuild_table(plan),
-        expected_table(plan),
+        expected_table(plan, labels.get("tok_s", "measured output tok/s")),
     ]
     return [t for t in tables if t is not None]
 
 
-def print_plan(plan: Plan, console: Console) -> None:
-    for table in renderables(plan):
+def print_plan(plan: Plan, console: Console, labels: Mapping[str, str] | None = None) -> None:
+    for table in renderables(plan, labels):
         console.print(table)
 
 

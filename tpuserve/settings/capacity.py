@@ -17,6 +17,7 @@ from tpuserve.planner.arithmetic import (
     load_geometry,
 )
 from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.model_inputs import DEFAULT_MODEL, model_inputs
 
 
 @lru_cache(maxsize=8)
@@ -43,39 +44,51 @@ def plan_for(
 ) -> Plan:
     """build_plan with the deployment's settings; keyword overrides win (for `plan`)."""
     v, c = d.vllm, d.capacity
+    inputs = model_inputs(d)
+    if inputs.problems or inputs.geometry_path is None or inputs.weights_bytes is None:
+        raise ValueError("; ".join(inputs.problems) or "no geometry or weights figure")
     prices = {**DEFAULT_PRICES_USD_PER_CHIP_HOUR, **d.pricing.model_dump()}
     kwargs: dict[str, object] = {
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "kv_cache_memory_bytes": v.kv_cache_memory_bytes,
         "max_model_len": v.max_model_len,
         "tensor_parallel_size": v.tensor_parallel_size,
-        "weights_bytes": round(c.weights_gib * GiB),
+        "weights_bytes": inputs.weights_bytes,
         "prices": prices,
         "expected_clients": c.expected_clients,
         "expected_context": c.expected_context,
     }
     if v.max_num_seqs is not None:
         kwargs["max_num_seqs"] = v.max_num_seqs
+    if v.model != DEFAULT_MODEL:
+        kwargs["measured_tpot_ms"] = None  # SPEC 5's TPOT is Gemma 4 E2B's, not this model's
     if throughput is not None:
         kwargs["throughput"] = throughput
     kwargs.update(overrides)
-    return build_plan(geometry or _geometry(c.geometry_path), chip_for(d), **kwargs)  # type: ignore[arg-type]
+    return build_plan(geometry or _geometry(inputs.geometry_path), chip_for(d), **kwargs)  # type: ignore[arg-type]
 
 
 def capacity_problems(d: Deployment) -> list[str]:
     """Hard capacity rules: synth refuses a deployment that cannot serve one full request."""
+    inputs = model_inputs(d)
+    if inputs.problems or inputs.geometry_path is None:
+        return list(inputs.problems)
     try:
-        geometry = _geometry(d.capacity.geometry_path)
+        geometry = _geometry(inputs.geometry_path)
     except (OSError, ValueError) as exc:
-        return [f"capacity.model_geometry = {d.capacity.model_geometry!r}: {exc}"]
+        return [f"{_geometry_name(d)}: {exc}"]
+    if (trained := geometry.max_position_embeddings) and d.vllm.max_model_len > trained:
+        return [(f"vllm.max_model_len = {d.vllm.max_model_len}: above the model's "
+                 f"max_position_embeddings ({trained:,}, {_geometry_name(d)}); vLLM refuses "
+                 "a context longer than the model's (derived from its config.json)")]
     try:
         plan = plan_for(d, geometry=geometry)
     except ValueError as exc:
         cap = V5E.hbm_visible_bytes * d.tpu.chips * d.vllm.gpu_memory_utilization / GiB
         return [
             (f"vllm.gpu_memory_utilization = {d.vllm.gpu_memory_utilization}: the cap "
-            f"({cap:.2f} GiB) does not even hold the {d.capacity.weights_gib} GiB of weights "
-            f"(capacity.weights_gib; SPEC 5: {exc})")
+            f"({cap:.2f} GiB) does not even hold the {_weights_gib(d, inputs.weights_bytes)} "
+            f"GiB of weights ({_weights_name(d)}; SPEC 5: {exc})")
         ]
     if not plan.max_model_len_fits:
         return [
@@ -86,6 +99,26 @@ def capacity_problems(d: Deployment) -> list[str]:
             "(SPEC 5: HBM budget)")
         ]
     return []
+
+
+def _geometry_name(d: Deployment) -> str:
+    c = d.capacity
+    if "model_geometry" in c.model_fields_set or d.vllm.model == DEFAULT_MODEL:
+        return f"capacity.model_geometry = {c.model_geometry!r}"
+    return f"config/models/{d.vllm.model}/config.json"
+
+
+def _weights_name(d: Deployment) -> str:
+    c = d.capacity
+    if c.weights_index is not None:
+        return f"capacity.weights_index = {c.weights_index!r} metadata.total_size"
+    return "capacity.weights_gib"
+
+
+def _weights_gib(d: Deployment, weights_bytes: int | None) -> float | str:
+    if d.capacity.weights_index is None or weights_bytes is None:
+        return d.capacity.weights_gib
+    return f"{weights_bytes / GiB:.2f}"
 
 
 def capacity_warnings(d: Deployment) -> list[str]:

@@ -154,16 +154,17 @@ def load_raw(
 
 
 def _anchor_geometry(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """A relative capacity.model_geometry in the user's file names a file beside that file, not
-    one in this checkout's config/ (which the default config's relative names are against)."""
+    """A relative capacity.model_geometry or weights_index in the user's file names a file beside
+    that file, not one in this checkout's config/ (the default config's names are against it)."""
     stacks = raw.get("stacks")
     tables = [raw, *(t for t in stacks.values() if isinstance(t, dict))] \
         if isinstance(stacks, dict) else [raw]
     for table in tables:
         capacity = table.get("capacity")
-        name = capacity.get("model_geometry") if isinstance(capacity, dict) else None
-        if isinstance(name, str) and name and not Path(name).is_absolute():
-            capacity["model_geometry"] = str(base.resolve() / name)
+        for key in ("model_geometry", "weights_index"):
+            name = capacity.get(key) if isinstance(capacity, dict) else None
+            if isinstance(name, str) and name and not Path(name).is_absolute():
+                capacity[key] = str(base.resolve() / name)
     return raw
 
 

@@ -35,6 +35,7 @@ from tpuserve.facts import (
     PRICES_USD_PER_CHIP_HOUR,
 )
 from tpuserve.kinds import PRICE_KEYS
+from tpuserve.settings.model_profiles import DEFAULT_MODEL
 from tpuserve.settings.string_rules import shown
 
 Level = Literal["error", "warning", "note"]
@@ -300,11 +301,24 @@ def checked_fields(section: str, *, before: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+# Error rules measured on Gemma 4 E2B whose limit is the model's own: for another model they
+# still hold (fail closed) but as derived limits, with the margin stated.
+MODEL_SIDE_MARGINS: Mapping[str, str] = {
+    "vllm.max_num_batched_tokens": (f"the floor is E2B's {MM_ITEM_TOKENS} tokens per multimodal "
+                                    "item; this model's own item size may be larger or smaller"),
+}
+
+
 def enforce(setting: str, value: Any, others: Mapping[str, Any]) -> Any:
     """`value`, or a ValueError with the first error rule of the setting it breaks."""
     for rule in rules_of(setting, "error"):
         if rule.applies(value, others):
-            raise ValueError(rule.text(value))
+            text, model = rule.text(value), others.get("model")
+            if setting in MODEL_SIDE_MARGINS and isinstance(model, str) \
+                    and model != DEFAULT_MODEL:
+                text += (f" [derived for {model}: measured for Gemma 4 E2B on v5litepod-1; "
+                         f"margin: {MODEL_SIDE_MARGINS[setting]}]")
+            raise ValueError(text)
     return value
 
 

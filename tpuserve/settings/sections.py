@@ -220,10 +220,16 @@ class CacheSettings(StrictModel):
 class CapacitySettings(StrictModel):
     """Inputs of the capacity planner (SPEC 5-6) that synth checks against the KV pool."""
 
-    # A Hugging Face config.json; relative paths are relative to the config/ directory.
+    # A Hugging Face config.json, relative to the file that names it (the default config's
+    # names are relative to config/). Unset: the model's file in config/models/ (the default
+    # model's is the measured one); another model without either is refused (model_inputs.py).
     model_geometry: str = "models/gemma-4-E2B-it.json"
-    # SPEC 5: resident bf16 weights measured on the chip (vision and audio towers included).
+    # SPEC 5: resident bf16 weights measured on the chip (vision and audio towers included),
+    # Gemma 4 E2B's only: another model must set this or weights_index.
     weights_gib: Annotated[float, Field(gt=0, le=1024)] = E2B_WEIGHTS_GIB
+    # A model.safetensors.index.json (same path rule): weights = its metadata.total_size, a
+    # derived upper bound (towers and the checkpoint's dtype included).
+    weights_index: str | None = None
     # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
     expected_clients: Annotated[int, Field(ge=1, le=1_000_000)] | None = 16
     expected_context: Annotated[int, Field(ge=1, le=1 << 24)] | None = 1024
@@ -232,6 +238,20 @@ class CapacitySettings(StrictModel):
     @classmethod
     def _geometry(cls, v: str) -> str:
         return check("capacity.model_geometry", v, rules.GEOMETRY_PATH)
+
+    @field_validator("weights_index")
+    @classmethod
+    def _index(cls, v: str | None) -> str | None:
+        return None if v is None else check("capacity.weights_index", v, rules.GEOMETRY_PATH)
+
+    @model_validator(mode="after")
+    def _one_weights_figure(self) -> CapacitySettings:
+        if self.weights_index is not None and "weights_gib" in self.model_fields_set:
+            raise ValueError(
+                f"capacity.weights_gib = {self.weights_gib} and capacity.weights_index = "
+                f"{self.weights_index!r}: set one weights figure, not both (weights_index's "
+                "metadata.total_size is derived, weights_gib is yours)")
+        return self
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> CapacitySettings:
@@ -245,6 +265,12 @@ class CapacitySettings(StrictModel):
     @property
     def geometry_path(self) -> Path:
         return (DEFAULT_CONFIG.parent / self.model_geometry).resolve()
+
+    @property
+    def weights_index_path(self) -> Path | None:
+        if self.weights_index is None:
+            return None
+        return (DEFAULT_CONFIG.parent / self.weights_index).resolve()
 
 
 class StateSettings(StrictModel):

@@ -9,6 +9,7 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from tpuserve.facts import GPU_MEM_CEILING
@@ -16,6 +17,7 @@ from tpuserve.settings import measured_rules
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, image_reference
 from tpuserve.settings.measured_rules import Flag
+from tpuserve.settings.model_profiles import with_profile
 from tpuserve.settings.string_rules import check
 
 
@@ -73,6 +75,12 @@ class VllmSettings(StrictModel):
     reasoning_parser: Annotated[str | None, Flag("--reasoning-parser")] = "gemma4"
     shm_size: str = "10gb"
     env: TpuInferenceEnv = Field(default_factory=TpuInferenceEnv)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data: object) -> object:
+        # The model's own parsers and multimodal limits, never another model's (model_profiles).
+        return with_profile(data) if isinstance(data, dict) else data
 
     @field_validator(*measured_rules.checked_fields("vllm", before=True), mode="before")
     @classmethod
