@@ -71,7 +71,9 @@ V6E_NOMINAL_GIB = 32.0
 V6E = Family(
     name="v6e", type_prefix="v6e", gke_accelerator="tpu-v6e-slice",
     runtime_version="v2-alpha-tpuv6e",
-    runtime_source=f"vendor ({V6E_PAGE}: the v6e runtime; never booted here)",
+    runtime_source=("vendor (the v6e runtime in vllm-project/tpu-inference's setup guide, "
+                    "docs/mkdocs/javascripts/interactive.js at b8692ff, and in optimum-tpu's "
+                    f"TPU hardware page, read {READ_ON}; never booted here)"),
     hbm_visible_gib=V6E_NOMINAL_GIB * V5E.hbm_visible_gib / 16.0,
     hbm_source=(f"derived: vendor 32 GB per chip ({V6E_PAGE}) x 15.75/16, the visible "
                 "fraction measured on v5e (SPEC 5); not measured on v6e"),
