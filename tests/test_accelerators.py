@@ -192,3 +192,21 @@ def test_the_doc_page_lists_the_table_and_each_source() -> None:
     for f in (V5E, V6E):
         for source in (f.runtime_source, f.hbm_source, f.bandwidth_source, f.peak_source):
             assert source in text, source
+
+
+def test_another_models_kv_replication_is_derived_from_its_geometry(tmp_path: Path) -> None:
+    config = json.loads((DEFAULT_CONFIG.parent / "models" / "gemma-4-E2B-it.json").read_text())
+    text = config.get("text_config", config)
+    text["num_key_value_heads"] = 2
+    text.pop("num_global_key_value_heads", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = _load(tmp_path, '[tpu]\naccelerator_type = "v5litepod-8"\n'
+                             '[vllm]\nmodel = "example/other-model"\n'
+                             '[capacity]\nmodel_geometry = "config.json"\n')
+    spot = [w for w in loaded.warnings if w.startswith("[spot]")]
+    (line,) = [w for w in spot if "vllm.tensor_parallel_size = 8" in w]
+    assert "2 KV head(s), padded to 8 for TP 8, so KV memory is paid 4x" in line
+    assert "(derived from the geometry's num_key_value_heads" in line
+    assert "8 replicas of v5litepod-1 on the fleet serve cheaper" in line
+    # The measured model's rule (SPEC 4) is not applied to another model.
+    assert not any("the model has 1 KV head" in w for w in spot)
