@@ -116,7 +116,8 @@ class TpuSettings(StrictModel):
     # SPEC 1: the TPU API's spelling; "v5e-1" is prose only. The slices served are
     # tpuserve/accelerators.py's table.
     accelerator_type: str = "v5litepod-1"
-    # None: the accelerator's own runtime (the table's; v5e's is SPEC 1's, measured).
+    # Unset: the accelerator's own runtime (docs/accelerators.md: v5e's v2-alpha-tpuv5-lite is
+    # SPEC 1's, measured; v6e's v2-alpha-tpuv6e is vendor).
     runtime_version: str | None = None
 
     @field_validator("runtime_version")
