@@ -40,7 +40,6 @@ one at 128 KiB): its size is checked at synth.
 from __future__ import annotations
 
 from tpuserve import contracts
-from tpuserve.contracts import FLEET_MACHINE_TYPE as TPU_MACHINE_TYPE
 from tpuserve.contracts import HEALTH_CHECK_RANGES, MIN_MASTER_VERSION
 from tpuserve.contracts import K8S_BUNDLE_GZ_ENV as ENV_BUNDLE_GZ
 from tpuserve.contracts import K8S_CLUSTER_ENV as ENV_CLUSTER
@@ -121,8 +120,8 @@ class FleetStack(ServingStack):
         f = d.fleet
         self.cluster_name = d.node_name
         self.fleet_preflight = fleet_preflight(
-            self, d, machine_type=TPU_MACHINE_TYPE, min_master_version=MIN_MASTER_VERSION,
-            apis=fleet_apis(d))
+            self, d, machine_type=d.tpu.accelerator.machine_type,
+            min_master_version=MIN_MASTER_VERSION, apis=fleet_apis(d))
         pre = [self.preflight, self.fleet_preflight]
         self.preflights = pre
 
@@ -244,7 +243,7 @@ class FleetStack(ServingStack):
             # GKE's rule for a ComputeClass over manually created pools: each carries the
             # class as a label and a NoSchedule taint, so only the class's pods land there.
             node_config=self._node_config(
-                d, machine_type=TPU_MACHINE_TYPE,
+                d, machine_type=d.tpu.accelerator.machine_type,
                 labels={PROVISIONING_LABEL: model, COMPUTE_CLASS_KEY: fleet_bundle.COMPUTE_CLASS},
                 taint=[GoogleContainerNodePoolNodeConfigTaint(
                     key=COMPUTE_CLASS_KEY, value=fleet_bundle.COMPUTE_CLASS,

@@ -94,7 +94,7 @@ def spelled() -> dict[str, re.Pattern[str]]:
              for name in env_names()}
     for entry in contracts.ENTRY_POINTS:
         words[entry.module] = re.compile(rf"(?:^|-m ){re.escape(entry.module)}(?![a-z_.])")
-    for value in (contracts.FLEET_MACHINE_TYPE, contracts.MIN_MASTER_VERSION,
+    for value in (contracts.MIN_MASTER_VERSION,
                   *contracts.HEALTH_CHECK_RANGES):
         words[value] = re.compile(re.escape(value))
     for name in (contracts.EPP_DEPLOYMENT, contracts.ADAPTER_NAMESPACE,

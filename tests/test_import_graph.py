@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # settings validate with (settings/capacity.py); the Google API endpoints the settings
     # default to (settings/sections.py).
     ("facts", ("tpuserve.__init__", "tpuserve.facts", "tpuserve.paths", "tpuserve.bounded_call",
+               # The accelerator table (each slice served, every fact with its source).
+               "tpuserve.accelerators",
                "tpuserve.planner.geometry", "tpuserve.planner.arithmetic",
                "tpuserve.gcp.endpoints",
                # The names processes share, and the one-line error every layer raises.

@@ -171,9 +171,9 @@ STACK_LABEL = "stack"
 
 # ----------------------------------------------------------------------------- the fleet
 
-# The single-chip v5e machine: one replica per node (SPEC 1, 4). The stack's pools, the plan-time
-# quota check's query and the bundle's node selectors name it.
-FLEET_MACHINE_TYPE = "ct5lp-hightpu-1t"
+# The fleet's TPU machine type is the configured accelerator's (tpuserve/accelerators.py): one
+# replica per node holding the whole slice; the stack's pools, the plan-time quota check's query
+# and the bundle's node selectors all read it there.
 # Google's health-check probers (the regional external Application Load Balancer's too): the
 # stack's firewall rule lets them in, the bundle's collector accepts them.
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")

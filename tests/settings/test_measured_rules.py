@@ -43,6 +43,8 @@ EXAMPLES: list[dict[str, Any]] = [
     {"pricing": {"ondemand": 120}},
     {"tpu": {"accelerator_type": "v5e-8"}},
     {"tpu": {"accelerator_type": "v6e-1"}},
+    {"tpu": {"accelerator_type": "v5litepod-16"}},
+    {"tpu": {"accelerator_type": "v7-1"}},
 ]
 
 
@@ -120,7 +122,9 @@ def test_each_note_is_the_reviews_flag_note_and_the_docs_text() -> None:
 
 def test_a_flag_is_spelled_once_on_its_setting() -> None:
     # The argv renders the spelling on the field; the review names the same field by it.
-    everything = VllmSettings().model_copy(update={"max_num_seqs": 8, "block_size": 512})
+    # tensor_parallel_size: None in [vllm] alone (the deployment derives it from the slice).
+    everything = VllmSettings().model_copy(
+        update={"max_num_seqs": 8, "block_size": 512, "tensor_parallel_size": 1})
     argv = serve_argv(everything)
     for name, flag, _kind in serve_flags():
         assert FLAG_RULES[flag].setting == f"vllm.{name}"

@@ -10,20 +10,23 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tpuserve.contracts import FLEET_MACHINE_TYPE, MIN_MASTER_VERSION
+from tpuserve.accelerators import ACCELERATORS, V5E
+from tpuserve.contracts import MIN_MASTER_VERSION
 from tpuserve.kinds import POOL_MODELS
 
-# GKE machine type -> (the TPU accelerator GKE labels its nodes with, chips per node).
+# GKE machine type -> (the TPU accelerator GKE labels its nodes with, chips per node): the
+# accelerator table's (tpuserve/accelerators.py; the fleet's node holds the configured slice).
 MACHINES: dict[str, tuple[str, int]] = {
-    FLEET_MACHINE_TYPE: ("tpu-v5-lite-podslice", 1),  # the fleet's
-    "ct5lp-hightpu-4t": ("tpu-v5-lite-podslice", 4),
-    "ct5lp-hightpu-8t": ("tpu-v5-lite-podslice", 8),
+    a.machine_type: (a.family.gke_accelerator, a.chips) for a in ACCELERATORS.values()
 }
 # accelerator -> provisioning model -> the Compute Engine regional quota metric GKE's TPU nodes
 # use (GKE's "Plan TPUs in GKE" quota table; the names are compute.v1's Quota.metric enum).
 # Spot and flex-start nodes both draw on the preemptible metric. Another chip: one more row.
+# v6e has none: compute.v1's Quota.metric enum (the discovery document) names no v6e metric
+# (GKE counts v6e against the Cloud Quotas "TPUs per TPU family" quota instead), so a v6e
+# fleet's preflight refuses rather than read a quota it cannot see (fail closed).
 QUOTA_METRICS: dict[str, dict[str, str]] = {
-    "tpu-v5-lite-podslice": {
+    V5E.gke_accelerator: {
         "ondemand": "TPU_LITE_PODSLICE_V5",
         "spot": "PREEMPTIBLE_TPU_LITE_PODSLICE_V5",
         "flex": "PREEMPTIBLE_TPU_LITE_PODSLICE_V5",

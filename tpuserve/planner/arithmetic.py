@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuserve import kinds
+from tpuserve.accelerators import V5E as ACCEL_V5E
 from tpuserve.facts import (
     COLD_START_S,
     E2B_MEASURED_TPOT_MS,
@@ -316,12 +317,11 @@ class ChipSpec:
     """One TPU slice; defaults are one v5e chip (SPEC 5)."""
 
     name: str = "v5e"
-    # SPEC 5: 15.75 GiB visible to the runtime (measured; "16 GB" is the vendor figure).
-    hbm_visible_bytes: int = round(15.75 * GiB)
-    # SPEC 5: 800 GiB/s HBM bandwidth (vendor).
-    hbm_bandwidth_bytes_per_s: float = 800.0 * GiB
-    # SPEC 5: bf16 peak 197 TFLOPS (vendor).
-    peak_bf16_flops: float = 197e12
+    # Per chip, from the accelerator table (tpuserve/accelerators.py states each with its
+    # source): v5e's 15.75 GiB visible (SPEC 5, measured), 800 GiB/s and 197 TFLOPS (vendor).
+    hbm_visible_bytes: int = ACCEL_V5E.hbm_visible_bytes
+    hbm_bandwidth_bytes_per_s: float = ACCEL_V5E.hbm_bandwidth_bytes_per_s
+    peak_bf16_flops: float = ACCEL_V5E.peak_bf16_flops
     chips: int = 1
 
     @property

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+from tpuserve.accelerators import ACCELERATORS
 from tpuserve.planner.arithmetic import SPOT, GiB, Plan, ProvisioningCost
 
 
@@ -19,8 +20,12 @@ def _gib(n: float) -> str:
 def budget_table(plan: Plan, weights_label: str = "weights (measured)") -> Table:
     b = plan.budget
     t = Table("HBM budget", "bytes", "GiB", title="HBM budget (SPEC 5)")
+    # The accelerator table's label of the slice's HBM: measured on v5e, derived on v6e.
+    accel = ACCELERATORS.get(plan.chip.name)
+    derived = accel is not None and not accel.family.hbm_measured
     rows = [
-        ("visible to the runtime", b.hbm_visible_bytes),
+        ("visible to the runtime" + (" (derived, docs/accelerators.md)" if derived else ""),
+         b.hbm_visible_bytes),
         (f"cap at gpu_memory_utilization {plan.gpu_memory_utilization}", b.cap_bytes),
         (weights_label, b.weights_bytes),
         ("KV pool", b.kv_pool_bytes),

@@ -29,7 +29,6 @@ from tpuserve.contracts import (
     HEALTH_CHECK_RANGES,
     VLLM_DEPLOYMENT,
 )
-from tpuserve.contracts import FLEET_MACHINE_TYPE as MACHINE_TYPE
 from tpuserve.facts import COLD_START_S
 from tpuserve.kinds import POOL_MODELS
 from tpuserve.paths import TEMPLATE_DIR
@@ -69,8 +68,6 @@ WEIGHTS_JOB = "stage-weights"
 # More shared names (the stack's node pools and IAM bindings use them).
 COMPUTE_CLASS = "tpuserve-v5e"
 NODE_POOLS = {m: f"tpu-{m}" for m in POOL_MODELS}  # tpu-flex, tpu-spot, tpu-ondemand
-TPU_ACCELERATOR = "tpu-v5-lite-podslice"
-TPU_TOPOLOGY = "1x1"
 SECRET_CLASSES = {"hf": "hf-token", "key": "api-key"}  # SecretProviderClass names
 HELPER_CONFIGMAP = "tpuserve-fleet"
 INFERENCE_POOL = "vllm"
@@ -245,6 +242,7 @@ def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
     boot_helper = boot_helper_text()
     files_sha = hashlib.sha256(
         json.dumps([nginx_conf, helper, boot_helper]).encode()).hexdigest()[:16]
+    accel = d.tpu.accelerator
     secret = "projects/{}/secrets/{}/versions/latest".format
     return {
         "ns": NAMESPACE, "deployment": DEPLOYMENT, "service": SERVICE, "hpa": HPA, "ksa": KSA,
@@ -253,8 +251,9 @@ def context(d: Deployment, *, backend: str = "inferencepool") -> dict[str, Any]:
         "metric_pod_labels": [{"from": k} for k in metric_labels(d)],
         "weights_job": WEIGHTS_JOB, "compute_class": COMPUTE_CLASS,
         "node_pools": [NODE_POOLS[m] for m in d.fleet.provisioning],
-        "machine_type": MACHINE_TYPE, "tpu_accelerator": TPU_ACCELERATOR,
-        "tpu_topology": TPU_TOPOLOGY,
+        # The configured slice (tpuserve/accelerators.py): one replica per node, all its chips.
+        "machine_type": accel.machine_type, "tpu_accelerator": accel.family.gke_accelerator,
+        "tpu_topology": accel.topology, "tpu_chips": accel.chips,
         "spc_hf": SECRET_CLASSES["hf"], "spc_key": SECRET_CLASSES["key"],
         # The provider's `secrets` parameter is itself YAML text: built here, as JSON.
         "spc_hf_secrets": json.dumps([{"resourceName": secret(base.project,

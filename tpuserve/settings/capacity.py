@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 from tpuserve.planner.arithmetic import (
     DEFAULT_PRICES_USD_PER_CHIP_HOUR,
-    V5E,
     ChipSpec,
     GiB,
     ModelGeometry,
@@ -15,6 +15,13 @@ from tpuserve.planner.arithmetic import (
     ThroughputTable,
     build_plan,
     load_geometry,
+)
+from tpuserve.settings.accelerator_rules import (
+    ceiling_note,
+    memory_ceiling,
+    one_chip,
+    tp_problems,
+    tp_warnings,
 )
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.model_inputs import DEFAULT_MODEL, model_inputs
@@ -26,12 +33,14 @@ def _geometry(path: Path) -> ModelGeometry:
 
 
 def chip_for(d: Deployment) -> ChipSpec:
+    """The configured slice, per chip from the accelerator table (tpuserve/accelerators.py)."""
+    a = d.tpu.accelerator
     return ChipSpec(
-        name=d.tpu.accelerator_type,
-        hbm_visible_bytes=V5E.hbm_visible_bytes,
-        hbm_bandwidth_bytes_per_s=V5E.hbm_bandwidth_bytes_per_s,
-        peak_bf16_flops=V5E.peak_bf16_flops,
-        chips=d.tpu.chips,
+        name=a.accelerator_type,
+        hbm_visible_bytes=a.family.hbm_visible_bytes,
+        hbm_bandwidth_bytes_per_s=a.family.hbm_bandwidth_bytes_per_s,
+        peak_bf16_flops=a.family.peak_bf16_flops,
+        chips=a.chips,
     )
 
 
@@ -40,6 +49,7 @@ def plan_for(
     *,
     geometry: ModelGeometry | None = None,
     throughput: ThroughputTable | None = None,
+    chip: ChipSpec | None = None,
     **overrides: object,
 ) -> Plan:
     """build_plan with the deployment's settings; keyword overrides win (for `plan`)."""
@@ -65,7 +75,7 @@ def plan_for(
     if throughput is not None:
         kwargs["throughput"] = throughput
     kwargs.update(overrides)
-    return build_plan(geometry or _geometry(inputs.geometry_path), chip_for(d), **kwargs)  # type: ignore[arg-type]
+    return build_plan(geometry or _geometry(inputs.geometry_path), chip or chip_for(d), **kwargs)  # type: ignore[arg-type]
 
 
 def capacity_problems(d: Deployment) -> list[str]:
@@ -81,10 +91,13 @@ def capacity_problems(d: Deployment) -> list[str]:
         return [(f"vllm.max_model_len = {d.vllm.max_model_len}: above the model's "
                  f"max_position_embeddings ({trained:,}, {_geometry_name(d)}); vLLM refuses "
                  "a context longer than the model's (derived from its config.json)")]
+    tp = tp_problems(d.vllm, geometry, _geometry_name(d))
+    if tp:
+        return tp
     try:
         plan = plan_for(d, geometry=geometry)
     except ValueError as exc:
-        cap = V5E.hbm_visible_bytes * d.tpu.chips * d.vllm.gpu_memory_utilization / GiB
+        cap = chip_for(d).total_hbm_bytes * d.vllm.gpu_memory_utilization / GiB
         return [
             (f"vllm.gpu_memory_utilization = {d.vllm.gpu_memory_utilization}: the cap "
             f"({cap:.2f} GiB) does not even hold the {_weights_gib(d, inputs.weights_bytes)} "
@@ -121,15 +134,43 @@ def _weights_gib(d: Deployment, weights_bytes: int | None) -> float | str:
     return f"{weights_bytes / GiB:.2f}"
 
 
+def _fits_one_chip(d: Deployment, geometry: ModelGeometry) -> bool:
+    """Whether one full request fits one chip of the slice's family at that chip's ceiling."""
+    one = one_chip(d.tpu.accelerator)
+    chip = replace(chip_for(d), name=one.accelerator_type, chips=1)
+    try:
+        plan = plan_for(d, geometry=geometry, chip=chip, tensor_parallel_size=1,
+                        gpu_memory_utilization=memory_ceiling(one).value)
+    except ValueError:
+        return False
+    return plan.max_model_len_fits
+
+
+def accelerator_warnings(d: Deployment) -> list[str]:
+    """The slice's derived figures: the memory ceiling and the KV replication of TP."""
+    out = ceiling_note(d.vllm, d.tpu.accelerator)
+    inputs = model_inputs(d)
+    if inputs.problems or inputs.geometry_path is None:
+        return out  # reported as a problem
+    try:
+        geometry = _geometry(inputs.geometry_path)
+    except (OSError, ValueError):
+        return out  # reported as a problem
+    fits = d.tpu.chips > 1 and _fits_one_chip(d, geometry)
+    return out + tp_warnings(d.vllm, d.tpu.accelerator, geometry, fits_one_chip=fits)
+
+
 def capacity_warnings(d: Deployment) -> list[str]:
     try:
         plan = plan_for(d)
     except (OSError, ValueError):
         return []  # reported as a problem
+    out = accelerator_warnings(d)
     e = plan.expected
     if e is None or e.fits:
-        return []
+        return out
     return [
+        *out,
         (f"capacity.expected_clients x expected_context = {e.clients} x {e.context:,} = "
         f"{e.requested_tokens:,} tokens passes the KV wall of {e.kv_capacity_tokens:,} live "
         f"tokens (at most {e.max_clients} clients at that context); SPEC 6: 64 x 8,192 "

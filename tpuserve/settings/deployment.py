@@ -16,6 +16,7 @@ from pydantic import (
 from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
 from tpuserve.kinds import KINDS, STACK_NAMES, Kind, words
 from tpuserve.settings import string_rules as rules
+from tpuserve.settings.accelerator_rules import settled_vllm
 from tpuserve.settings.base import StrictModel, spec_error
 from tpuserve.settings.base_stack import Base
 from tpuserve.settings.fleet import FleetSettings
@@ -95,13 +96,12 @@ class Deployment(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _tp_chips(self) -> Deployment:
-        if self.vllm.tensor_parallel_size > self.tpu.chips:
-            raise spec_error(
-                "vllm.tensor_parallel_size", self.vllm.tensor_parallel_size,
-                f"must be <= the {self.tpu.chips} chip(s) of {self.tpu.accelerator_type}",
-                "SPEC 4: tensor parallelism splits the model across chips",
-            )
+    def _vllm_of_the_slice(self) -> Deployment:
+        # The accelerator derives TP and the memory ceiling, and refuses what cannot serve
+        # (settings/accelerator_rules.py); the settings then hold what every stack renders.
+        vllm = settled_vllm(self.vllm, self.tpu.accelerator, kind_title=self.kind.title,
+                            on_gke=self.kind.on_gke)
+        object.__setattr__(self, "vllm", vllm)
         return self
 
     @model_validator(mode="after")

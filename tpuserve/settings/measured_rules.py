@@ -10,7 +10,7 @@ the same objects (tools/gen_config_reference.py). A rule's flag is spelled on it
 
 Messages read `SETTING = VALUE: WORDS (MEASUREMENT); ADVICE`. In words, measurement and advice
 of errors and warnings, `{value}` and the names a rule's `fields` returns are filled in.
-Pure data and string formatting: imports only the measured facts.
+Pure data and string formatting: imports only the measured facts and the accelerator table.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tpuserve.accelerators import ACCELERATORS, V5E_PAGE, V6E, V6E_PAGE, multi_host
 from tpuserve.facts import (
     COLD_START_S,
     E2B_MEASURED_TPOT_MS,
@@ -40,6 +41,9 @@ from tpuserve.settings.string_rules import shown
 
 Level = Literal["error", "warning", "note"]
 Check = Callable[[Any, Mapping[str, Any]], bool]
+
+# SPEC 1: the model every figure was measured on.
+MEASURED_MODEL = "google/gemma-4-E2B-it"
 
 # The positional model argument of `vllm serve MODEL` is reported under this name; the
 # container image (not an argument, but it decides the compiled programs) under "image".
@@ -107,7 +111,8 @@ def _fullmatch(pattern: str) -> Callable[[str], bool]:
 
 # SPEC 1: the TPU API's names of v5e slices, and the prose spelling it refuses.
 _V5E_PROSE = _fullmatch(r"v5e-[0-9]+")
-_V5E_SLICE = _fullmatch(r"v5litepod-(1|4|8|16|32|64|128|256)")
+# The accelerator table (tpuserve/accelerators.py): what serves, in the TPU API's spelling.
+_SINGLE_HOST = ", ".join(ACCELERATORS)
 
 # $/chip-hour bound: SPEC 2's list prices are 0.58-1.20; 100 catches a price typed per month
 # or in cents without refusing any real TPU price.
@@ -187,7 +192,10 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm.tensor_parallel_size", "warning",
          f"the model has {MODEL_KV_HEADS} KV head, padded to a multiple of TP, so KV memory is "
          "paid {value}x for one replicated head", "SPEC 4",
-         broken=lambda v, o: v > 1),
+         "a model that fits one chip serves cheaper as replicas of a one-chip slice on the fleet",
+         # Measured on this model only; another model's KV heads are its geometry's
+         # (settings/capacity.py's derived warning).
+         broken=lambda v, o: v is not None and v > 1 and o.get("model") == MEASURED_MODEL),
     Rule("vllm.gpu_memory_utilization", "note",
          f"{GPU_MEM_CEILING} is the ceiling: it governs weights + KV only; {_GPU_MEM_DIED}, "
          "twice", "SPEC 4"),
@@ -279,9 +287,16 @@ RULES: tuple[Rule, ...] = (
     Rule("tpu.accelerator_type", "error", "spell it 'v5litepod-{n}'",
          "SPEC 1: 'v5e-N' is prose; the TPU API only accepts v5litepod-N",
          broken=lambda v, o: _V5E_PROSE(v), fields=lambda v: {"n": v.split("-")[1]}),
-    Rule("tpu.accelerator_type", "error", "must be a v5e slice: v5litepod-1, -4, -8 ... -256",
-         "SPEC 1: this deployment targets Cloud TPU v5e",
-         broken=lambda v, o: not _V5E_SLICE(v)),
+    Rule("tpu.accelerator_type", "error",
+         "a multi-host slice: one vLLM server serves from one host's chips; use one of "
+         f"{_SINGLE_HOST}, or replicas on the fleet",
+         "vendor: 8 chips per {family} host, {page}",
+         broken=lambda v, o: multi_host(v) is not None,
+         fields=lambda v: {"family": getattr(multi_host(v), "name", ""),
+                           "page": V6E_PAGE if multi_host(v) is V6E else V5E_PAGE}),
+    Rule("tpu.accelerator_type", "error", f"not a single-host v5e or v6e slice: {_SINGLE_HOST}",
+         "SPEC 1 for v5litepod-1; the TPU API's names of the rest, docs/accelerators.md",
+         broken=lambda v, o: v not in ACCELERATORS),
     Rule("tpu.accelerator_type", "warning",
          "every figure in SPEC was measured on v5litepod-1",
          broken=lambda v, o: v != "v5litepod-1"),

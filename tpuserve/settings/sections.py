@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from tpuserve.accelerators import ACCELERATORS, FAMILIES, Accelerator
 from tpuserve.facts import (
     E2B_WEIGHTS_GIB,
     PRICES_USD_PER_CHIP_HOUR,
@@ -114,24 +115,47 @@ class GcpSettings(StrictModel):
 
 
 class TpuSettings(StrictModel):
-    # SPEC 1: the TPU API's spelling; "v5e-1" is prose only.
+    # SPEC 1: the TPU API's spelling; "v5e-1" is prose only. The slices served are
+    # tpuserve/accelerators.py's table.
     accelerator_type: str = "v5litepod-1"
-    # SPEC 1: the TPU VM runtime of the deployment every figure was measured on.
-    runtime_version: str = "v2-alpha-tpuv5-lite"
+    # Unset: the accelerator's own runtime (docs/accelerators.md: v5e's v2-alpha-tpuv5-lite is
+    # SPEC 1's, measured; v6e's v2-alpha-tpuv6e is vendor).
+    runtime_version: str | None = None
 
     @field_validator("runtime_version")
     @classmethod
-    def _runtime(cls, v: str) -> str:
-        return check("tpu.runtime_version", v, rules.RUNTIME_VERSION)
+    def _runtime(cls, v: str | None) -> str | None:
+        return None if v is None else check("tpu.runtime_version", v, rules.RUNTIME_VERSION)
 
     @field_validator(*measured_rules.checked_fields("tpu", before=False))
     @classmethod
     def _measured(cls, v: object, info: ValidationInfo) -> object:
         return measured_rules.enforce(f"tpu.{info.field_name}", v, info.data)
 
+    @model_validator(mode="after")
+    def _runtime_of_the_accelerator(self) -> TpuSettings:
+        family = self.accelerator.family
+        if self.runtime_version is None:
+            # Derived from the accelerator: the settings hold what every stack renders.
+            object.__setattr__(self, "runtime_version", family.runtime_version)
+        else:
+            other = next((f for f in FAMILIES if f is not family
+                          and f.runtime_version == self.runtime_version), None)
+            if other is not None:
+                raise ValueError(
+                    f"tpu.runtime_version = {self.runtime_version!r}: the {other.name} "
+                    f"runtime cannot boot {self.accelerator_type} ({family.name}); unset it for "
+                    f"{family.runtime_version!r} ({family.runtime_source})")
+        return self
+
+    @property
+    def accelerator(self) -> Accelerator:
+        """The accelerator table's row (tpuserve/accelerators.py)."""
+        return ACCELERATORS[self.accelerator_type]
+
     @property
     def chips(self) -> int:
-        return int(self.accelerator_type.rsplit("-", 1)[1])
+        return self.accelerator.chips
 
 
 PROXY_IMAGE = ("nginx:1.30.5-alpine"

@@ -58,9 +58,10 @@ class VllmSettings(StrictModel):
         Annotated[int, Field(ge=1, le=4096)] | None, Flag("--max-num-seqs")
     ] = None
     block_size: Annotated[int | None, Flag("--block-size")] = None
+    # None: the slice's chip count (settings/accelerator_rules.py derives it per deployment).
     tensor_parallel_size: Annotated[
-        int, Field(ge=1, le=256), Flag("--tensor-parallel-size")
-    ] = 1
+        Annotated[int, Field(ge=1, le=256)] | None, Flag("--tensor-parallel-size")
+    ] = None
     allow_untested_gpu_memory_utilization: bool = False
     # Left out of the argv when kv_cache_memory_bytes is set (vllm_args.py).
     gpu_memory_utilization: Annotated[
@@ -114,8 +115,8 @@ class VllmSettings(StrictModel):
 
     @field_validator("tensor_parallel_size")
     @classmethod
-    def _tp(cls, v: int) -> int:
-        if v & (v - 1):
+    def _tp(cls, v: int | None) -> int | None:
+        if v is not None and v & (v - 1):
             raise ValueError(f"vllm.tensor_parallel_size = {v}: must be a power of two")
         return v
 

@@ -1,0 +1,212 @@
+"""The accelerator table and what the settings derive from it: each refusal is one line naming
+the setting, and a v6e-1 and a v5litepod-4 deployment of the default model synthesize every
+serving stack with the slice's own machine, topology, runtime and chip count."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import synth
+from tpuserve.accelerators import ACCELERATORS, V5E, V6E, accelerator, multi_host
+from tpuserve.paths import DEFAULT_CONFIG
+from tpuserve.settings.accelerator_rules import memory_ceiling
+from tpuserve.settings.loader import ConfigError, load
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "accelerators.md"
+
+
+def _load(tmp_path: Path, text: str) -> Any:
+    user = tmp_path / "user.toml"
+    user.write_text(text)
+    return load(environ={"TPUSERVE_CONFIG": str(user)})
+
+
+def _refusal(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as exc:
+        _load(tmp_path, text)
+    msg = str(exc.value)
+    assert "Traceback" not in msg
+    return msg
+
+
+def test_the_table_holds_the_single_host_slices_and_nothing_else() -> None:
+    assert list(ACCELERATORS) == ["v5litepod-1", "v5litepod-4", "v5litepod-8",
+                                  "v6e-1", "v6e-4", "v6e-8"]
+    assert [a.topology for a in ACCELERATORS.values()] == ["1x1", "2x2", "2x4"] * 2
+    assert accelerator("v5litepod-1").machine_type == "ct5lp-hightpu-1t"
+    assert accelerator("v6e-8").machine_type == "ct6e-standard-8t"
+    assert accelerator("v6e-4").family.gke_accelerator == "tpu-v6e-slice"
+    assert V5E.hbm_measured and not V6E.hbm_measured
+    assert V6E.hbm_source.startswith("derived") and V6E.hbm_visible_gib == 31.5
+    assert multi_host("v5litepod-16") is V5E and multi_host("v6e-256") is V6E
+    assert multi_host("v5litepod-8") is None and multi_host("v6e-3") is None
+
+
+def test_the_memory_ceiling_is_measured_on_v5e_1_and_derived_elsewhere() -> None:
+    assert memory_ceiling(accelerator("v5litepod-1")).value == 0.92
+    assert memory_ceiling(accelerator("v5litepod-1")).measured
+    # 1 - (1.26 GiB + 384.11 MiB) / 15.75 GiB = 0.896: below the measured 0.92.
+    four = memory_ceiling(accelerator("v5litepod-4"))
+    assert (four.value, four.measured) == (0.89, False) and four.source.startswith("derived")
+    # 1 - 1.635 / 31.5 = 0.948, never above the measured 0.92.
+    assert memory_ceiling(accelerator("v6e-1")).value == 0.92
+
+
+@pytest.mark.parametrize(("config", "needle"), [
+    ('[tpu]\naccelerator_type = "v5litepod-16"\n',
+     "tpu.accelerator_type = 'v5litepod-16': a multi-host slice"),
+    ('[tpu]\naccelerator_type = "v6e-32"\n', "tpu.accelerator_type = 'v6e-32': a multi-host"),
+    ('[tpu]\naccelerator_type = "v7x-1"\n',
+     "tpu.accelerator_type = 'v7x-1': not a single-host v5e or v6e slice"),
+    ('[tpu]\naccelerator_type = "v6e-1"\nruntime_version = "v2-alpha-tpuv5-lite"\n',
+     "tpu.runtime_version = 'v2-alpha-tpuv5-lite': the v5e runtime cannot boot v6e-1"),
+    ('[tpu]\naccelerator_type = "v5litepod-4"\n[vllm]\ntensor_parallel_size = 1\n',
+     "vllm.tensor_parallel_size = 1: below the 4 chips of v5litepod-4: 3 would idle"),
+    ('[tpu]\naccelerator_type = "v5litepod-4"\n[vllm]\ntensor_parallel_size = 8\n',
+     "vllm.tensor_parallel_size = 8: must be <= the 4 chip(s) of v5litepod-4"),
+    ('[tpu]\naccelerator_type = "v5litepod-4"\n[vllm]\ngpu_memory_utilization = 0.92\n',
+     "vllm.gpu_memory_utilization = 0.92: above the ceiling 0.89 of v5litepod-4"),
+])
+def test_each_refusal_is_one_line_naming_the_setting(tmp_path: Path, config: str,
+                                                     needle: str) -> None:
+    msg = _refusal(tmp_path, config)
+    assert needle in msg
+    line = next(x for x in msg.splitlines() if needle in x)
+    assert "(" in line.split(needle, 1)[1]  # the rule's source follows, on the same line
+
+
+def test_tp_below_the_chips_suggests_replicas_on_the_fleet(tmp_path: Path) -> None:
+    msg = _refusal(tmp_path, '[tpu]\naccelerator_type = "v6e-8"\n[vllm]\n'
+                             'tensor_parallel_size = 1\n')
+    assert "replicas on the fleet with tpu.accelerator_type = 'v6e-1'" in msg
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_refused(tmp_path: Path) -> None:
+    config = json.loads((DEFAULT_CONFIG.parent / "models" / "gemma-4-E2B-it.json").read_text())
+    text = config.get("text_config", config)
+    text["num_attention_heads"] = 12  # 12 % 8 != 0
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    msg = _refusal(tmp_path, '[tpu]\naccelerator_type = "v5litepod-8"\n'
+                             '[capacity]\nmodel_geometry = "config.json"\n')
+    assert "vllm.tensor_parallel_size = 8: does not divide the model's 12 attention heads" in msg
+
+
+def test_tp_and_runtime_are_derived_when_unset(tmp_path: Path) -> None:
+    d = _load(tmp_path, '[tpu]\naccelerator_type = "v6e-4"\n').deployments["spot"]
+    assert d.vllm.tensor_parallel_size == 4 and d.tpu.runtime_version == "v2-alpha-tpuv6e"
+    assert d.vllm.gpu_memory_utilization == 0.92
+    default = load(environ={}).deployments["spot"]
+    assert default.vllm.tensor_parallel_size == 1
+    assert default.tpu.runtime_version == "v2-alpha-tpuv5-lite"
+
+
+def test_the_default_config_sets_neither_runtime_nor_tp() -> None:
+    text = DEFAULT_CONFIG.read_text()
+    assert not re.search(r"^\s*(runtime_version|tensor_parallel_size)\s*=", text, re.M)
+
+
+def test_e2b_on_four_chips_warns_of_its_one_kv_head(tmp_path: Path) -> None:
+    loaded = _load(tmp_path, '[tpu]\naccelerator_type = "v5litepod-4"\n')
+    spot = [w for w in loaded.warnings if w.startswith("[spot]")]
+    assert any("1 KV head, padded to a multiple of TP, so KV memory is paid 4x" in w
+               and "replicas" in w for w in spot)
+    assert any("the ceiling on v5litepod-4 is 0.89 (derived:" in w for w in spot)
+
+
+# ------------------------------------------------------------------ every stack, per slice
+
+SLICES = {"v6e-1": ("ct6e-standard-1t", "tpu-v6e-slice", "1x1", 1, "v2-alpha-tpuv6e"),
+          "v5litepod-4": ("ct5lp-hightpu-4t", "tpu-v5-lite-podslice", "2x2", 4,
+                          "v2-alpha-tpuv5-lite")}
+
+
+@pytest.fixture(scope="module")
+def per_slice(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Each slice's deployment synthesized once: {accelerator: {stack: cdk.tf.json}}."""
+    out = {}
+    for accel in SLICES:
+        tmp = tmp_path_factory.mktemp(accel)
+        deployments = _load(tmp, f'[tpu]\naccelerator_type = "{accel}"\n').deployments
+        out[accel] = synth(deployments, tmp / "out")
+    return out
+
+
+def _resources(stack: dict[str, Any], kind: str) -> dict[str, Any]:
+    return stack.get("resource", {}).get(kind, {})
+
+
+@pytest.mark.parametrize("accel", list(SLICES))
+def test_every_stack_takes_the_slice(per_slice: dict[str, dict[str, Any]], accel: str) -> None:
+    machine, label, topology, chips, runtime = SLICES[accel]
+    stacks = per_slice[accel]
+    assert {"spot", "ondemand", "flex", "fleet"} <= set(stacks)
+    for name in ("spot", "ondemand"):
+        (vm,) = _resources(stacks[name], "google_tpu_v2_vm").values()
+        assert (vm["accelerator_type"], vm["runtime_version"]) == (accel, runtime)
+        assert f"--tensor-parallel-size {chips} " in json.dumps(vm)
+    flex = json.dumps(stacks["flex"])
+    assert f'\\"acceleratorType\\": \\"{accel}\\"' in flex or accel in flex
+    assert runtime in flex
+    fleet = stacks["fleet"]
+    pools = [p for p in _resources(fleet, "google_container_node_pool").values()
+             if p["name"].startswith("tpu-")]
+    assert pools and {p["node_config"]["machine_type"] for p in pools} == {machine}
+    text = json.dumps(fleet)
+    assert f"cloud.google.com/gke-tpu-accelerator: {label}" in text
+    assert f"cloud.google.com/gke-tpu-topology: '{topology}'" in text or (
+        f"cloud.google.com/gke-tpu-topology: {topology}" in text)
+    # The bundle's YAML, re-emitted in block style: every pod asks for all the slice's chips.
+    assert f"requests:\\n            google.com/tpu: {chips}\\n" in text
+    assert f"limits:\\n            google.com/tpu: {chips}\\n" in text
+    assert "ct5lp-hightpu-1t" not in text or machine == "ct5lp-hightpu-1t"
+
+
+# ------------------------------------------------------------------ the doc page
+
+
+def render_table() -> str:
+    """docs/accelerators.md's table, from tpuserve/accelerators.py."""
+    rows = [("| accelerator_type | topology | GKE machine type | GKE accelerator | runtime | "
+             "HBM visible per chip | HBM bandwidth per chip | peak bf16 per chip |"),
+            "|---|---|---|---|---|---|---|---|"]
+    for a in ACCELERATORS.values():
+        f = a.family
+        rows.append(
+            f"| `{a.accelerator_type}` | {a.topology} | `{a.machine_type}` | "
+            f"`{f.gke_accelerator}` | `{f.runtime_version}` | {f.hbm_visible_gib:g} GiB | "
+            f"{f.hbm_bandwidth_bytes_per_s / 2**30:.0f} GiB/s "
+            f"({f.hbm_bandwidth_bytes_per_s / 1e9:.0f} GB/s) | {f.peak_bf16_flops / 1e12:.0f} "
+            "TFLOPS |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_doc_page_lists_the_table_and_each_source() -> None:
+    text = DOC.read_text()
+    assert render_table() in text, "docs/accelerators.md's table differs from the code's"
+    for f in (V5E, V6E):
+        for source in (f.runtime_source, f.hbm_source, f.bandwidth_source, f.peak_source):
+            assert source in text, source
+
+
+def test_another_models_kv_replication_is_derived_from_its_geometry(tmp_path: Path) -> None:
+    config = json.loads((DEFAULT_CONFIG.parent / "models" / "gemma-4-E2B-it.json").read_text())
+    text = config.get("text_config", config)
+    text["num_key_value_heads"] = 2
+    text.pop("num_global_key_value_heads", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = _load(tmp_path, '[tpu]\naccelerator_type = "v5litepod-8"\n'
+                             '[vllm]\nmodel = "example/other-model"\n'
+                             '[capacity]\nmodel_geometry = "config.json"\n')
+    spot = [w for w in loaded.warnings if w.startswith("[spot]")]
+    (line,) = [w for w in spot if "vllm.tensor_parallel_size = 8" in w]
+    assert "2 KV head(s), padded to 8 for TP 8, so KV memory is paid 4x" in line
+    assert "(derived from the geometry's num_key_value_heads" in line
+    assert "8 replicas of v5litepod-1 on the fleet serve cheaper" in line
+    # The measured model's rule (SPEC 4) is not applied to another model.
+    assert not any("the model has 1 KV head" in w for w in spot)
