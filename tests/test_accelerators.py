@@ -202,7 +202,8 @@ def test_another_models_kv_replication_is_derived_from_its_geometry(tmp_path: Pa
     (tmp_path / "config.json").write_text(json.dumps(config))
     loaded = _load(tmp_path, '[tpu]\naccelerator_type = "v5litepod-8"\n'
                              '[vllm]\nmodel = "example/other-model"\n'
-                             '[capacity]\nmodel_geometry = "config.json"\n')
+                             '[capacity]\nmodel_geometry = "config.json"\n'
+                             'weights_gib = 8.97\n')  # another model names its own weights
     spot = [w for w in loaded.warnings if w.startswith("[spot]")]
     (line,) = [w for w in spot if "vllm.tensor_parallel_size = 8" in w]
     assert "2 KV head(s), padded to 8 for TP 8, so KV memory is paid 4x" in line

@@ -44,8 +44,8 @@ pytestmark = pytest.mark.skipif(GCLOUD is None, reason="gcloud is not installed 
 # The accelerators compared: today's; extend from the accelerator table (tpuserve/kinds or
 # tpuserve/accelerators.py) together with ACCELERATOR_FACTS and, where the default zone does
 # not offer the type, ZONE_FOR.
-ACCELERATORS = ["v5litepod-1"]
-ZONE_FOR: dict[str, str] = {}
+ACCELERATORS = ["v5litepod-1", "v5litepod-4", "v6e-1"]
+ZONE_FOR: dict[str, str] = {"v6e-1": "us-east5-a"}  # offered for spot and flex (tpuserve/zones.py)
 
 
 @dataclass(frozen=True)
