@@ -211,3 +211,15 @@ def test_another_models_kv_replication_is_derived_from_its_geometry(tmp_path: Pa
     assert "8 replicas of v5litepod-1 on the fleet serve cheaper" in line
     # The measured model's rule (SPEC 4) is not applied to another model.
     assert not any("the model has 1 KV head" in w for w in spot)
+
+
+def test_a_v5e_price_on_another_chip_is_warned_until_set(tmp_path: Path) -> None:
+    # SPEC 2's $/chip-hour are v5e's: on v6e, a price left at its default is named as wrong.
+    loaded = _load(tmp_path, '[gcp]\nzone = "us-east5-a"\n[tpu]\naccelerator_type = "v6e-1"\n')
+    (line,) = [w for w in loaded.warnings if w.startswith("[spot] pricing.spot = 0.5779:")]
+    assert "not v6e's" in line and "[pricing] spot is set" in line
+    assert [w for w in loaded.warnings if w.startswith("[fleet] pricing.flex = 0.6:")]
+    priced = _load(tmp_path, '[gcp]\nzone = "us-east5-a"\n[tpu]\naccelerator_type = "v6e-1"\n'
+                             '[pricing]\nspot = 1.2\nflex = 1.3\nondemand = 2.7\n')
+    assert not [w for w in priced.warnings if "pricing." in w]
+    assert not [w for w in _load(tmp_path, "").warnings if "pricing." in w]  # v5e: SPEC 2's

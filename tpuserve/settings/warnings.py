@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import ipaddress
 
+from tpuserve.accelerators import V5E
 from tpuserve.facts import HOURS_PER_MONTH
 from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
 from tpuserve.zones import Offer, offered, zone_fact
+
+
+def _price_of_another_chip(d: Deployment) -> list[str]:
+    """SPEC 2's prices are v5e's: on another chip, a price the user did not set is wrong."""
+    family = d.tpu.accelerator.family
+    key = d.kind.price_key or (d.fleet.provisioning[0] if d.fleet is not None else None)
+    if family is V5E or key is None or key in d.pricing.model_fields_set:
+        return []
+    return [(f"pricing.{key} = {getattr(d.pricing, key)}: SPEC 2's $/chip-hour is Cloud TPU "
+             f"v5e's list price (us-west4), not {family.name}'s: every $/hour and $/M-token "
+             f"figure for {d.tpu.accelerator_type} is wrong until [pricing] {key} is set to "
+             f"{family.name}'s list price")]
 
 
 def deployment_warnings(d: Deployment) -> list[str]:
@@ -31,6 +44,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
             "guard deletes a test node before relying on it, or unset it for "
             "https://tpu.googleapis.com/"
         )
+    out += _price_of_another_chip(d)
     if d.gcp.network is not None and d.gcp.network.rsplit("/", 1)[-1] == "default":
         out.append(
             "gcp.network = 'default': its pre-made rules (default-allow-ssh, -rdp, -icmp from "
