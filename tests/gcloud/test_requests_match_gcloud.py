@@ -44,8 +44,9 @@ pytestmark = pytest.mark.skipif(GCLOUD is None, reason="gcloud is not installed 
 # The accelerators compared: today's; extend from the accelerator table (tpuserve/kinds or
 # tpuserve/accelerators.py) together with ACCELERATOR_FACTS and, where the default zone does
 # not offer the type, ZONE_FOR.
-ACCELERATORS = ["v5litepod-1", "v5litepod-4", "v6e-1"]
-ZONE_FOR: dict[str, str] = {"v6e-1": "us-east5-a"}  # offered for spot and flex (tpuserve/zones.py)
+ACCELERATORS = ["v5litepod-1", "v5litepod-4", "v5litepod-8", "v6e-1", "v6e-4", "v6e-8"]
+# v6e is offered for spot and flex in us-east5-a (tpuserve/zones.py), not in the default zone.
+ZONE_FOR: dict[str, str] = dict.fromkeys(("v6e-1", "v6e-4", "v6e-8"), "us-east5-a")
 
 
 @dataclass(frozen=True)
