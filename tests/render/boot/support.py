@@ -247,7 +247,18 @@ class Node:
             pids.add(int(pid_file.read_text()))
         for pid in pids:
             _kill_group(pid)
-        wait_for(lambda: not self.watcher_pids(), "the watcher to end", timeout=10)
+
+        # A boot the watcher was re-running may have started a watcher of its own (setsid: a
+        # session of its own, out of the group just killed) before it died: kill those too.
+        def gone() -> bool:
+            alive = self.watcher_pids()
+            for pid in alive:
+                _kill_group(pid)
+                with suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            return not alive
+
+        wait_for(gone, "the watcher to end", timeout=20)
 
     # -- observations
     def docker_calls(self) -> list[dict]:
