@@ -43,6 +43,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                "tpuserve.kinds",
                # Where each accelerator is offered per provisioning model (reads the kinds).
                "tpuserve.zones")),
+    # What a chip-hour costs where, with its source (the shipped snapshot, the refreshed
+    # Catalog file): the settings price a deployment with it, so it sits below them.
+    ("prices", ("tpuserve.prices",)),
     ("settings", ("tpuserve.settings",)),
     ("planner", ("tpuserve.planner",)),
     # Pure renderers of the boot script, proxy conf, bundle and queued-resource body.
