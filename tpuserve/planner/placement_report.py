@@ -20,8 +20,20 @@ LEGEND = ("m = measured (docs/measurements.md), d = derived (computed here, from
 WIDTH = 150
 
 
-def _mark(p: Placement, name: str) -> str:
-    return "d" if name in p.derived else "m"
+# The figures of a placement, each shown with its mark: (field, format).
+FIGURES: tuple[tuple[str, str], ...] = (
+    ("tensor_parallel_size", "{:d}"), ("usd_per_hour", "${:.4f}"),
+    ("output_tokens_per_second", "{:,.1f}"), ("usd_per_million_tokens", "${:.3f}"),
+    ("kv_tokens", "{:,}"), ("kv_wall_clients", "{:,}"), ("flex_start_accepted", "{}"),
+)
+
+
+def _cell(p: Placement, name: str, fmt: str) -> str:
+    value = getattr(p, name)
+    text = ("yes" if value else "no") if isinstance(value, bool) else fmt.format(value)
+    if name == "kv_wall_clients" and not p.fits_kv_wall:
+        text += " (PAST)"
+    return f"{text} {'d' if name in p.derived else 'm'}"
 
 
 def placements_table(result: Placements) -> Table:
@@ -31,18 +43,8 @@ def placements_table(result: Placements) -> Table:
                      f"{result.clients} clients, cheapest first"),
               box=box.SIMPLE_HEAD, pad_edge=False)
     for p in result.placements:
-        wall = f"{p.kv_wall_clients:,}" + ("" if p.fits_kv_wall else " (PAST)")
-        t.add_row(
-            p.accelerator_type, p.zone, p.provisioning_model,
-            f"{p.tensor_parallel_size} {_mark(p, 'tensor_parallel_size')}",
-            f"${p.usd_per_hour:.4f} {_mark(p, 'usd_per_hour')}",
-            f"{p.output_tokens_per_second:,.1f} {_mark(p, 'output_tokens_per_second')}",
-            f"${p.usd_per_million_tokens:.3f} {_mark(p, 'usd_per_million_tokens')}",
-            f"{p.kv_tokens:,} {_mark(p, 'kv_tokens')}",
-            f"{wall} {_mark(p, 'kv_wall_clients')}",
-            f"{'yes' if p.flex_start_accepted else 'no'} {_mark(p, 'flex_start_accepted')}",
-            p.price_source,
-        )
+        t.add_row(p.accelerator_type, p.zone, p.provisioning_model,
+                  *(_cell(p, name, fmt) for name, fmt in FIGURES), p.price_source)
     return t
 
 
