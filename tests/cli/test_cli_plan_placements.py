@@ -106,3 +106,17 @@ def test_a_bad_config_is_refused_in_one_line_with_placements(
     assert result.exit_code == 2
     assert "Traceback" not in result.stderr
     assert json.loads(result.stdout)["ok"] is False
+
+
+def test_the_planner_page_states_the_default_placement() -> None:
+    from tpuserve.paths import REPO_ROOT
+
+    rows = placements("--stack", "spot")["placements"]
+    own = next(p for p in rows if (p["accelerator_type"], p["zone"], p["provisioning_model"])
+               == ("v5litepod-1", "us-west4-a", "spot"))
+    page = " ".join((REPO_ROOT / "docs" / "planner.md").read_text().split())
+    assert (f"measured {own['output_tokens_per_second']:,.1f} tok/s at 1,024 x 16 for SPEC 2's "
+            f"${own['usd_per_hour']}/h: ${own['usd_per_million_tokens']:.3f} per million "
+            "output tokens") in page
+    named = ", ".join(f"`{k}`" for k in own["derived"][:-1]) + f" and `{own['derived'][-1]}`"
+    assert f"its `derived` holds only {named}" in page
