@@ -139,9 +139,6 @@ def plan(
     for warning in all_warnings(d):
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
-    if placements:
-        _placements(d, table, throughput, json_output)
-        return
     # The fleet: N replicas of this one-chip plan on GKE (its first-choice pool prices a chip).
     fleet = None
     if d.kind.on_gke:
@@ -155,6 +152,9 @@ def plan(
 
         plan_report.write_png(result, png, provisioning=d.price_key)
         err_console.print(f"wrote {png}", markup=False)
+    if placements:
+        _placements(d, table, throughput, json_output)
+        return
     # What stays billed after `cdktf destroy STACK`: the deployment's base.
     dormant = dormant_base()
     if json_output:
