@@ -179,7 +179,8 @@ def test_a_model_that_fits_only_on_v6e(tmp_path: Path, monkeypatch: pytest.Monke
     assert {p.accelerator_type for p in result.placements} == {"v6e-1"}
     why = {s.accelerator_type: s.why for s in result.skipped}
     assert set(why) == {"v5litepod-1", "v5litepod-4", "v5litepod-8", "v6e-4", "v6e-8"}
-    assert "do not fit the cap" in why["v5litepod-1"]
+    assert "the 20.00 GiB of weights leave no KV pool under its 14.49 GiB cap" in why[
+        "v5litepod-1"]
     # A TP that cannot work is skipped with its reason: 4 and 8 do not divide 6 heads.
     for name in ("v5litepod-4", "v5litepod-8", "v6e-4", "v6e-8"):
         assert "does not divide the model's 6 attention heads" in why[name], why[name]

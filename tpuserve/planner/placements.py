@@ -283,9 +283,15 @@ def _fit(d: Deployment, a: Accelerator, geometry: ModelGeometry, ref: Reference,
                         gpu_memory_utilization=utilization,
                         kv_cache_memory_bytes=d.vllm.kv_cache_memory_bytes if own else None,
                         expected_clients=clients, expected_context=context)
-    except ValueError as exc:
-        return Skipped(name, f"{name}: the weights do not fit the cap at "
-                             f"gpu_memory_utilization {utilization} ({exc})")
+    except ValueError as exc:  # hbm_budget: the weights leave no KV pool under the cap
+        if own and d.vllm.kv_cache_memory_bytes is not None:
+            return Skipped(name, f"{name}: vllm.kv_cache_memory_bytes does not fit ({exc})")
+        cap = one.total_hbm_bytes * utilization / GiB
+        weights = (model_inputs(d).weights_bytes or 0) / GiB
+        return Skipped(name, (
+            f"{name}: the {weights:.2f} GiB of weights leave no KV pool under its "
+            f"{cap:.2f} GiB cap ({one.chips} x {a.family.hbm_visible_gib:g} GiB visible x "
+            f"gpu_memory_utilization {utilization}; SPEC 5: HBM budget)"))
     if not plan.max_model_len_fits:
         return Skipped(name, (
             f"{name}: one request of vllm.max_model_len = {d.vllm.max_model_len:,} needs that "
