@@ -105,6 +105,10 @@ def plan(
     png: Annotated[Path | None, typer.Option(
         "--png", help="Also write a chart: HBM budget and $/M output tokens against clients.",
         dir_okay=False, show_default=False)] = None,
+    placements: Annotated[bool, typer.Option(
+        "--placements", help="Compare every (accelerator, zone, provisioning model) the model "
+        "fits and the zone offers: $/h, tok/s and $/M output tokens at capacity.expected_"
+        "context x expected_clients, each figure measured or derived.")] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """HBM budget, KV cache, blocks, KV wall, decode floor and $/M output tokens (SPEC 5-7)."""
@@ -130,7 +134,8 @@ def plan(
         if json_output:
             emit_json({"ok": False, "errors": exc.problems, "exit_code": EXIT_USAGE})
         raise typer.Exit(EXIT_USAGE) from None
-    result = plan_for(d, throughput=_throughput(throughput))
+    table = _throughput(throughput)
+    result = plan_for(d, throughput=table)
     for warning in all_warnings(d):
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
@@ -147,6 +152,9 @@ def plan(
 
         plan_report.write_png(result, png, provisioning=d.price_key)
         err_console.print(f"wrote {png}", markup=False)
+    if placements:
+        _placements(d, table, throughput, json_output)
+        return
     # What stays billed after `cdktf destroy STACK`: the deployment's base.
     dormant = dormant_base()
     if json_output:
@@ -183,6 +191,22 @@ def plan(
         f"SPEC 4) ${dormant.storage_usd_per_month:.4f}; list prices, not measured. Staged "
         f"weights (the fleet) add ${dormant_base(weights_staged=True).storage_usd_per_month:.2f}"
         ".", markup=False, soft_wrap=True)
+
+
+def _placements(d: Deployment, table: ThroughputTable | None, path: Path | None,
+                json_output: bool) -> None:
+    """`--placements`: every placement ranked (planner/placements.py)."""
+    from tpuserve.planner import placement_report
+    from tpuserve.planner.placements import bench_reference, build_placements
+
+    # A bench of the configured deployment: the measured point is its model on its slice.
+    reference = (None if table is None or path is None else
+                 bench_reference(d, table, f"--throughput {str(path)!r}"))
+    ranked = build_placements(d, reference=reference)
+    if json_output:
+        emit_json(_finite({"stack": d.name, **ranked.as_json()}))
+        return
+    placement_report.print_placements(ranked, console)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,396 @@
+"""Every placement of the configured model compared: for each accelerator of the table, each
+zone the zones table OFFERS it in and each TPU VM provisioning model, what an hour costs, the
+output tokens/s it is expected to serve and the $ per million output tokens, at
+capacity.expected_context x expected_clients (`tpuserve plan --placements`).
+
+A placement lists a figure as measured only where it was measured (docs/measurements.md):
+Gemma 4 E2B's SPEC 6 throughput on v5litepod-1 at a measured cell, SPEC 2's prices (or a Cloud
+Billing Catalog read), SPEC 1's zone verdicts. Everything else is derived and named in the
+entry's `derived` list, with the rule it is derived by in `sources`. A throughput is derived by
+scaling the reference's measured point by the bytes a decode step moves (the streamed weights
+plus the KV read at the cell) over the slice's HBM bandwidth: decode is bandwidth-bound, so
+the time of a step follows bytes / bandwidth, at the reference's measured efficiency.
+
+A slice the model does not fit, or whose tensor parallelism cannot work, is skipped with its
+reason; a placement no price source names is listed apart (`unpriced`), never priced by guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuserve import kinds
+from tpuserve.accelerators import ACCELERATORS, MEASURED_ACCELERATOR, Accelerator
+from tpuserve.facts import GiB
+from tpuserve.planner.arithmetic import (
+    SPEC_THROUGHPUT,
+    ChipSpec,
+    ModelGeometry,
+    ThroughputCell,
+    ThroughputTable,
+    decode_bytes_per_step,
+    load_geometry,
+    padded_kv_heads,
+    usd_per_million_tokens,
+)
+from tpuserve.prices import SPEC2_SOURCE, Price, price_of
+from tpuserve.settings.accelerator_rules import memory_ceiling, tp_problems
+from tpuserve.settings.capacity import plan_for
+from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.model_inputs import model_inputs
+from tpuserve.settings.model_profiles import DEFAULT_MODEL
+from tpuserve.settings.sections import CapacitySettings
+from tpuserve.zones import Offer, offered, zone_fact
+
+PriceFn = Callable[[str, str, str], "Price | None"]
+
+# The load the figures are for when capacity.expected_context / expected_clients are unset.
+DEFAULT_CONTEXT, DEFAULT_CLIENTS = 1024, 16
+PRICING_SETTING = "pricing setting"  # the price_source of a user-set [pricing] key
+# The TPU VM kinds a placement may be (the fleet's pools are GKE's: not a zone of this table).
+VM_KINDS: tuple[kinds.Kind, ...] = tuple(k for k in kinds.KINDS if not k.on_gke)
+_FLEX_MODEL = kinds.FLEX.provisioning_model
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The measured throughput every derived one is scaled from: a model on a slice."""
+
+    model: str
+    accelerator_type: str
+    geometry: ModelGeometry
+    table: ThroughputTable
+    source: str  # "measured SPEC 6 (...)" or "measured (--throughput FILE)"
+
+
+def spec6_reference() -> Reference:
+    """Gemma 4 E2B on v5litepod-1, SPEC 6's 12 cells (the only throughput measured here)."""
+    geometry = load_geometry(CapacitySettings().geometry_path)  # the measured SPEC 5 file
+    return Reference(DEFAULT_MODEL, MEASURED_ACCELERATOR, geometry, SPEC_THROUGHPUT,
+                     f"measured SPEC 6 ({DEFAULT_MODEL}, {MEASURED_ACCELERATOR})")
+
+
+def _geometry_of(d: Deployment) -> ModelGeometry:
+    inputs = model_inputs(d)
+    if inputs.problems or inputs.geometry_path is None:
+        raise ValueError("; ".join(inputs.problems) or "no geometry for the model")
+    return load_geometry(inputs.geometry_path)
+
+
+def bench_reference(d: Deployment, table: ThroughputTable, label: str) -> Reference:
+    """A `bench` table of the configured deployment: its model measured on its slice."""
+    return Reference(d.vllm.model, d.tpu.accelerator_type, _geometry_of(d), table,
+                     f"measured ({label}: {d.vllm.model}, {d.tpu.accelerator_type})")
+
+
+@dataclass(frozen=True)
+class Placement:
+    accelerator_type: str
+    zone: str
+    region: str
+    provisioning_model: str
+    tensor_parallel_size: int
+    usd_per_hour: float
+    output_tokens_per_second: float
+    usd_per_million_tokens: float
+    kv_tokens: int
+    kv_wall_clients: int  # most clients of expected_context the KV pool holds at once
+    fits_kv_wall: bool  # expected_clients <= kv_wall_clients
+    flex_start_accepted: bool
+    derived: tuple[str, ...]
+    price_source: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "accelerator_type": self.accelerator_type, "zone": self.zone, "region": self.region,
+            "provisioning_model": self.provisioning_model,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "usd_per_hour": self.usd_per_hour,
+            "output_tokens_per_second": self.output_tokens_per_second,
+            "usd_per_million_tokens": self.usd_per_million_tokens,
+            "kv_tokens": self.kv_tokens, "kv_wall_clients": self.kv_wall_clients,
+            "fits_kv_wall": self.fits_kv_wall,
+            "flex_start_accepted": self.flex_start_accepted,
+            "derived": list(self.derived), "price_source": self.price_source,
+            "sources": dict(self.sources),
+        }
+
+
+@dataclass(frozen=True)
+class Unpriced:
+    """A placement the model fits and the zone offers, but no price source names."""
+
+    accelerator_type: str
+    zone: str
+    region: str
+    provisioning_model: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An accelerator the configured model cannot serve on, and why (one line)."""
+
+    accelerator_type: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Placements:
+    model: str
+    context: int
+    clients: int
+    placements: tuple[Placement, ...]
+    unpriced: tuple[Unpriced, ...]
+    skipped: tuple[Skipped, ...]
+    reference: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "expected_context": self.context,
+            "expected_clients": self.clients, "throughput_reference": self.reference,
+            "placements": [p.as_json() for p in self.placements],
+            "unpriced": [vars(u) for u in self.unpriced],
+            "skipped": [vars(s) for s in self.skipped],
+        }
+
+
+def expected_load(d: Deployment) -> tuple[int, int]:
+    """(context, clients) the figures are for: the capacity settings, else 1024 x 16."""
+    c = d.capacity
+    if c.expected_context is None or c.expected_clients is None:
+        return DEFAULT_CONTEXT, DEFAULT_CLIENTS
+    return c.expected_context, c.expected_clients
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def price_measured(price: Price) -> bool:
+    """SPEC 2's prices and a Catalog read are Google's own rates read from the Billing
+    Catalog (measured); a snapshot of another source or a user's setting is not."""
+    return price.source.startswith((SPEC2_SOURCE, "catalog ")) or (
+        price.source.startswith("snapshot ") and SPEC2_SOURCE in price.source)
+
+
+def with_pricing_settings(d: Deployment, price: PriceFn) -> PriceFn:
+    """`price` with the user's [pricing] keys over it, for the deployment's own accelerator in
+    its own region only (a setting names one rate: it says nothing of another chip or region)."""
+    own = {k: getattr(d.pricing, k) for k in d.pricing.model_fields_set}
+
+    def priced(accelerator_type: str, region: str, provisioning_model: str) -> Price | None:
+        key = kinds.by_model(provisioning_model).price_key
+        if (accelerator_type == d.tpu.accelerator_type and region == d.gcp.region
+                and key in own):
+            return Price(float(own[key]), PRICING_SETTING, "")
+        return price(accelerator_type, region, provisioning_model)
+
+    return priced
+
+
+def _utilization(d: Deployment, a: Accelerator) -> float:
+    """The memory fraction a slice is planned at: its own ceiling when the deployment runs at
+    its slice's ceiling (the default), else the configured value, never above the ceiling."""
+    ceiling = memory_ceiling(a).value
+    configured = d.vllm.gpu_memory_utilization
+    if configured == memory_ceiling(d.tpu.accelerator).value:
+        return ceiling
+    return min(configured, ceiling)
+
+
+def step_bytes(geometry: ModelGeometry, tp: int, context: int, clients: int) -> int:
+    """Bytes one decode step moves at a cell: the streamed weights, plus every layer's read of
+    its KV source's cache (shared layers read it again; heads padded to TP are read too) over
+    `context` tokens for each of `clients` requests."""
+    kv_read = sum(padded_kv_heads(layer.num_kv_heads, tp) * 2 * layer.head_dim * 2
+                  for layer in geometry.layers)
+    return decode_bytes_per_step(geometry) + clients * context * kv_read
+
+
+def _nearest(table: ThroughputTable, context: int, clients: int) -> ThroughputCell:
+    """The measured cell to scale from: the same clients if measured, nearest context."""
+    def distance(c: ThroughputCell) -> tuple[float, float, int, int]:
+        return (abs(math.log2(c.clients / clients)), abs(math.log2(c.context / context)),
+                c.clients, c.context)
+    return min(table.cells, key=distance)
+
+
+@dataclass(frozen=True)
+class _Throughput:
+    tok_s: float
+    measured: bool
+    source: str
+
+
+def throughput(ref: Reference, model: str, geometry: ModelGeometry, a: Accelerator, tp: int,
+               context: int, clients: int) -> _Throughput:
+    """Output tok/s at the cell: measured where the reference measured this model on this
+    slice at this cell, else scaled from its nearest measured cell by bytes / bandwidth."""
+    cell = ref.table.get(context, clients)
+    if cell is not None and model == ref.model and a.accelerator_type == ref.accelerator_type:
+        return _Throughput(cell.output_tokens_per_s, True, f"{ref.source} at {cell.key}")
+    near = _nearest(ref.table, context, clients)
+    ref_accel = ACCELERATORS[ref.accelerator_type]
+    ref_bw = ref_accel.family.hbm_bandwidth_bytes_per_s * ref_accel.chips
+    bw = a.family.hbm_bandwidth_bytes_per_s * a.chips
+    ref_bytes = step_bytes(ref.geometry, ref_accel.chips, near.context, near.clients)
+    here = step_bytes(geometry, tp, context, clients)
+    ref_step_s, step_s = ref_bytes / ref_bw, here / bw
+    tok_s = near.output_tokens_per_s * (clients / near.clients) * (ref_step_s / step_s)
+    return _Throughput(tok_s, False, (
+        f"derived: {ref.source} at {near.key} ({near.output_tokens_per_s:g} tok/s) scaled by "
+        f"bytes moved per decode step over HBM bandwidth ({ref_bytes / GiB:.2f} GiB at "
+        f"{ref_bw / GiB:.0f} GiB/s there, {here / GiB:.2f} GiB at {bw / GiB:.0f} GiB/s here: "
+        f"weights streamed + KV read at {context}x{clients})"
+        + ("" if clients == near.clients else
+           f" and by clients ({clients} / {near.clients}: optimistic, batching saturates)")))
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """What one accelerator serves the model at: its plan's figures at the cell."""
+
+    accelerator: Accelerator
+    tp: int
+    kv_tokens: int
+    kv_wall_clients: int
+    tok_s: _Throughput
+    kv_source: str
+
+
+def _fit(d: Deployment, a: Accelerator, geometry: ModelGeometry, ref: Reference,
+         context: int, clients: int) -> _Fit | Skipped:
+    tp = a.chips  # a TPU VM's one vLLM server takes every chip (settings/accelerator_rules.py)
+    name = a.accelerator_type
+    problems = tp_problems(d.vllm.model_copy(update={"tensor_parallel_size": tp}), geometry,
+                           "the model's geometry")
+    if problems:
+        return Skipped(name, f"{name}: {problems[0]}")
+    one = ChipSpec(name=name, hbm_visible_bytes=a.family.hbm_visible_bytes,
+                   hbm_bandwidth_bytes_per_s=a.family.hbm_bandwidth_bytes_per_s,
+                   peak_bf16_flops=a.family.peak_bf16_flops, chips=a.chips)
+    utilization = _utilization(d, a)
+    ceiling = memory_ceiling(a)
+    why = ceiling.source if utilization == ceiling.value else "vllm.gpu_memory_utilization"
+    own = name == d.tpu.accelerator_type  # a fixed KV pool is the configured slice's alone
+    try:
+        plan = plan_for(d, geometry=geometry, chip=one, tensor_parallel_size=tp,
+                        gpu_memory_utilization=utilization,
+                        kv_cache_memory_bytes=d.vllm.kv_cache_memory_bytes if own else None,
+                        expected_clients=clients, expected_context=context)
+    except ValueError as exc:  # hbm_budget: the weights leave no KV pool under the cap
+        if own and d.vllm.kv_cache_memory_bytes is not None:
+            return Skipped(name, f"{name}: vllm.kv_cache_memory_bytes does not fit ({exc})")
+        cap = one.total_hbm_bytes * utilization / GiB
+        weights = (model_inputs(d).weights_bytes or 0) / GiB
+        return Skipped(name, (
+            f"{name}: the {weights:.2f} GiB of weights leave no KV pool under its "
+            f"{cap:.2f} GiB cap ({one.chips} x {a.family.hbm_visible_gib:g} GiB visible x "
+            f"gpu_memory_utilization {utilization}; SPEC 5: HBM budget)"))
+    if not plan.max_model_len_fits:
+        return Skipped(name, (
+            f"{name}: one request of vllm.max_model_len = {d.vllm.max_model_len:,} needs that "
+            f"many KV tokens but the pool holds {plan.kv_block_tokens:,}; the server would "
+            "refuse to start (SPEC 5: HBM budget)"))
+    assert plan.expected is not None  # expected_* were given
+    return _Fit(a, tp, plan.kv_tokens, plan.expected.max_clients,
+                throughput(ref, d.vllm.model, geometry, a, tp, context, clients),
+                (f"derived: the HBM budget at gpu_memory_utilization {utilization} ({why}) "
+                 f"minus the weights, over {plan.kv_bytes_per_token:,} B/token at TP {tp} "
+                 "(SPEC 5 arithmetic)"))
+
+
+def _flex_fact(accelerator_type: str, zone: str) -> tuple[bool, str, bool]:
+    """(flex-start accepted, its source, measured) for one zone."""
+    fact = zone_fact(accelerator_type, _FLEX_MODEL, zone)
+    if fact.state is Offer.UNKNOWN:
+        return False, "unknown: no source names flex-start there (docs/accelerators.md)", False
+    return fact.state is Offer.OFFERED, fact.source, fact.source.startswith("SPEC")
+
+
+def _placement(f: _Fit, zone: str, kind: kinds.Kind, price: Price, clients: int) -> Placement:
+    a = f.accelerator
+    usd_per_hour = price.usd_per_chip_hour * a.chips
+    flex, flex_source, flex_measured = _flex_fact(a.accelerator_type, zone)
+    measured = {
+        "tensor_parallel_size": a.measured,
+        "usd_per_hour": price_measured(price) and a.chips == 1,
+        "output_tokens_per_second": f.tok_s.measured,
+        # SPEC 7: every $/token figure is derived from the prices and the rates.
+        "usd_per_million_tokens": False,
+        # SPEC 5: the pool's bytes are measured, its tokens derived from the geometry.
+        "kv_tokens": False,
+        "kv_wall_clients": False,
+        "flex_start_accepted": flex_measured,
+    }
+    tp_source = ("measured SPEC 4 (TP 1 on v5litepod-1)" if a.measured else
+                 f"derived: the {a.chips} chips of {a.accelerator_type} "
+                 "(settings/accelerator_rules.py)")
+    chips = "" if a.chips == 1 else f" x {a.chips} chips"
+    return Placement(
+        accelerator_type=a.accelerator_type, zone=zone, region=region_of(zone),
+        provisioning_model=kind.provisioning_model, tensor_parallel_size=f.tp,
+        usd_per_hour=usd_per_hour, output_tokens_per_second=f.tok_s.tok_s,
+        usd_per_million_tokens=usd_per_million_tokens(usd_per_hour, f.tok_s.tok_s),
+        kv_tokens=f.kv_tokens, kv_wall_clients=f.kv_wall_clients,
+        fits_kv_wall=clients <= f.kv_wall_clients, flex_start_accepted=flex,
+        derived=tuple(k for k, ok in measured.items() if not ok),
+        price_source=price.source,
+        sources={
+            "zone": offered(a.accelerator_type, kind.provisioning_model)[zone],
+            "tensor_parallel_size": tp_source,
+            "usd_per_hour": f"${price.usd_per_chip_hour:g}/chip-hour ({price.source}"
+                            + (f", SKU {price.sku}" if price.sku else "") + f"){chips}",
+            "output_tokens_per_second": f.tok_s.source,
+            "usd_per_million_tokens": "derived: usd_per_hour / (output_tokens_per_second x "
+                                      "3600) x 1e6 (SPEC 7)",
+            "kv_tokens": f.kv_source,
+            "kv_wall_clients": "derived: KV blocks / blocks per request of expected_context",
+            "flex_start_accepted": flex_source,
+        },
+    )
+
+
+def _sort_key(p: Placement) -> tuple[float, float, str, str, str]:
+    return (p.usd_per_million_tokens, p.usd_per_hour, p.accelerator_type, p.zone,
+            p.provisioning_model)
+
+
+def build_placements(d: Deployment, *, price: PriceFn = price_of,
+                     reference: Reference | None = None,
+                     accelerators: Iterable[Accelerator] | None = None) -> Placements:
+    """Every placement of the deployment's model, cheapest $/M output tokens first."""
+    geometry = _geometry_of(d)
+    ref = reference or spec6_reference()
+    context, clients = expected_load(d)
+    priced_by = with_pricing_settings(d, price)
+    placed: list[Placement] = []
+    unpriced: list[Unpriced] = []
+    skipped: list[Skipped] = []
+    for a in ACCELERATORS.values() if accelerators is None else accelerators:
+        fit = _fit(d, a, geometry, ref, context, clients)
+        if isinstance(fit, Skipped):
+            skipped.append(fit)
+            continue
+        for kind in VM_KINDS:
+            for zone in offered(a.accelerator_type, kind.provisioning_model):
+                region = region_of(zone)
+                p = priced_by(a.accelerator_type, region, kind.provisioning_model)
+                # Fail closed: a rate that is no positive number prices nothing.
+                if p is not None and not (math.isfinite(p.usd_per_chip_hour)
+                                          and p.usd_per_chip_hour > 0 and p.source):
+                    p = None
+                if p is None:
+                    unpriced.append(Unpriced(
+                        a.accelerator_type, zone, region, kind.provisioning_model,
+                        f"no price source names {a.accelerator_type} {kind.title} in {region} "
+                        "(docs/planner.md: where prices come from)"))
+                    continue
+                placed.append(_placement(fit, zone, kind, p, clients))
+    return Placements(d.vllm.model, context, clients, tuple(sorted(placed, key=_sort_key)),
+                      tuple(unpriced), tuple(skipped), ref.source)
