@@ -26,14 +26,14 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 28,
 INDEX = {"metadata": {"total_size": 6_425_499_648}, "weight_map": {"lm": "model-1.safetensors"}}
 
 
-def facts(tmp_path: Path, toml: str | None) -> ConfigFacts:
+def facts(tmp_path: Path, toml: str | None, name: str = "user.toml") -> ConfigFacts:
     """This checkout's config/ read by the current code, with TOML as the user's file."""
     if toml is None:
         return config_facts(REPO_ROOT, {})
     (tmp_path / "l.json").write_text(json.dumps(LLAMA))
     (tmp_path / "i.json").write_text(json.dumps(INDEX))
-    (tmp_path / "user.toml").write_text(toml)
-    out = config_facts(REPO_ROOT, {"TPUSERVE_CONFIG": str(tmp_path / "user.toml")})
+    (tmp_path / name).write_text(toml)
+    out = config_facts(REPO_ROOT, {"TPUSERVE_CONFIG": str(tmp_path / name)})
     assert not out.problems, out.problems
     return out
 
@@ -130,3 +130,17 @@ def test_a_change_back_to_the_measured_pair_labels_the_base_side(
     assert gmu["rule"] == rule_for("--gpu-memory-utilization").rule
     md = render_markdown(r)
     assert "**Derived, not measured** (base):" in md
+
+
+def test_both_sides_derived_alike_are_listed_once(tmp_path: Path) -> None:
+    llama = ('[vllm]\nmodel = "meta-llama/Llama-3.2-3B-Instruct"\n'
+             '[capacity]\nmodel_geometry = "l.json"\nweights_index = "i.json"\n')
+    base = facts(tmp_path, llama, "base.toml")
+    head = facts(tmp_path, llama + "[stacks.spot.vllm]\nmax_model_len = 16384\n", "head.toml")
+    md = render_markdown(review_of(base, head))
+    section = md[md.index("### `spot`"):]
+    assert "**Derived, not measured** (base and head):" in section
+    assert "(base):" not in section and "(head):" not in section
+    assert ("| `--max-model-len` (`vllm.max_model_len`) | `32768` | `16384` | derived for "
+            "meta-llama/Llama-3.2-3B-Instruct on v5litepod-1 from the rule measured for"
+            ) in section
