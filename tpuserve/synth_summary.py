@@ -1,15 +1,23 @@
-"""Prints a short summary of each synthesized stack: `python -m tpuserve.synth_summary OUTDIR`."""
+"""Prints a short summary of each synthesized stack: `python -m tpuserve.synth_summary OUTDIR`.
+
+A serving stack whose model or chip is not the measured pair (Gemma 4 E2B on v5litepod-1) is
+followed by what is derived in it, from what, with what margin: read from the configuration
+that synthesized it (TPUSERVE_CONFIG, as main.py reads it) through settings/derived_labels.py,
+and only once the synthesized JSON is seen to serve that model on that chip.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tpuserve import entry_point
 from tpuserve.contracts import DATA_RESOURCE, DORMANT_OUTPUT, TEARDOWN_GUARD_ID
-from tpuserve.kinds import KINDS
+from tpuserve.kinds import KINDS, STACK_NAMES
 from tpuserve.kinds.synth_lines import no_tpu
 
 
@@ -29,6 +37,48 @@ def summarize(stack: str, doc: dict[str, Any]) -> str:
     return no_tpu(stack, resources, outputs)
 
 
+def _names(doc: Mapping[str, Any], *words: str) -> bool:
+    """Whether the JSON names each word whole (v6e-1 is not v6e-16, a model not its -Instruct)."""
+    text = json.dumps(doc)
+    return all(re.search(rf"(?<![\w./-]){re.escape(w)}(?![\w./-])", text) for w in words)
+
+
+def derived_lines(docs: Mapping[str, Mapping[str, Any]],
+                  environ: Mapping[str, str] | None = None) -> list[str]:
+    """What is derived in each serving stack (stacks alike grouped), from the configuration;
+    [] when every stack is the measured pair. ValueError (one line) when the configuration
+    does not load or does not describe a stack as synthesized: nothing is taken as measured
+    that the summary cannot tell."""
+    from tpuserve.settings import ConfigError, load  # only here: the summary reads JSON
+    from tpuserve.settings.derived_labels import DEPLOYMENT_KEY, derived_figures
+
+    try:
+        deployments = load(environ).deployments
+    except ConfigError as exc:
+        raise ValueError(f"the configuration does not load ({exc.problems[0]}), so which "
+                         "figures are derived is not known") from None
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for name, doc in docs.items():
+        if name not in STACK_NAMES:
+            continue
+        d = deployments.get(name)
+        a = None if d is None else d.tpu.accelerator
+        if d is None or a is None or not _names(doc, d.vllm.model) or not (
+                _names(doc, a.accelerator_type) or _names(doc, a.machine_type)):
+            what = "no such stack" if d is None else f"{d.vllm.model} on {d.tpu.accelerator_type}"
+            raise ValueError(f"[{name}] the configuration ({what}) does not describe this "
+                             "synthesis, so which figures are derived is not known; synthesize "
+                             "again with the same TPUSERVE_CONFIG")
+        if derived := derived_figures(d):
+            groups.setdefault(tuple(derived.items()), []).append(name)
+    out = []
+    for items, names in groups.items():
+        derived = dict(items)
+        out.append(f"derived, not measured ({', '.join(names)}): {derived.pop(DEPLOYMENT_KEY)}")
+        out += [f"  {key}: {text}" for key, text in derived.items()]
+    return out
+
+
 def _summaries(argv: list[str]) -> int:
     outdir = Path(argv[0] if argv else "cdktf.out") / "stacks"
     stacks = (sorted(p for p in outdir.iterdir() if (p / "cdk.tf.json").exists())
@@ -36,8 +86,11 @@ def _summaries(argv: list[str]) -> int:
     if not stacks:
         print(f"no synthesized stacks under {outdir}", file=sys.stderr)
         return 1
-    for path in stacks:
-        print(summarize(path.name, json.loads((path / "cdk.tf.json").read_text())))
+    docs = {path.name: json.loads((path / "cdk.tf.json").read_text()) for path in stacks}
+    for name, doc in docs.items():
+        print(summarize(name, doc))
+    for line in derived_lines(docs):
+        print(line)
     return 0
 
 

@@ -174,7 +174,7 @@ def plan_metrics(f: StackFacts) -> list[tuple[str, str, str, Any]]:
     rows: list[tuple[str, str, str, Any]] = [
         ("kv_bytes_per_token", "KV bytes per token", "int", p.kv_bytes_per_token),
         ("hbm_cap_bytes", "HBM cap (gpu_memory_utilization)", "gib", b.cap_bytes),
-        ("weights_bytes", "weights (measured)", "gib", b.weights_bytes),
+        ("weights_bytes", f.weights_label, "gib", b.weights_bytes),
         ("kv_pool_bytes", "KV pool", "gib", b.kv_pool_bytes),
         ("ungoverned_bytes", "outside the cap (XLA programs)", "gib", b.ungoverned_bytes),
         ("kv_tokens", "KV tokens in the pool", "int", p.kv_tokens),
@@ -216,6 +216,8 @@ def capacity_deltas(old: StackFacts, new: StackFacts) -> tuple[Delta, ...]:
     out: list[Delta] = []
     for key in [*after, *(k for k in before if k not in after)]:
         label, kind, value = after.get(key) or before[key]
+        if key in before and key in after and before[key][0] != after[key][0]:
+            label = f"{before[key][0]} → {after[key][0]}"  # each side's own label (its source)
         prev = before[key][2] if key in before else None
         value = after[key][2] if key in after else None
         if prev != value:
@@ -244,17 +246,31 @@ def capacity_summary(f: StackFacts) -> str:
 # --------------------------------------------------------------------------- the review
 
 
+def _labelled(changes: tuple[FlagChange, ...], labels: Mapping[str, str]
+              ) -> tuple[FlagChange, ...]:
+    """Each change with its rule as it applies to HEAD's deployment (derived, where it is)."""
+    return tuple(dataclasses.replace(f, labelled_rule=labels[f.name]) if f.name in labels else f
+                 for f in changes)
+
+
 def _config_changes(old_f: StackFacts | None, new_f: StackFacts | None) -> dict[str, Any]:
     """The StackReview fields that come from one stack's config facts on either side."""
+    derived = {"derived_base": old_f.derived if old_f is not None else {},
+               "derived_head": new_f.derived if new_f is not None else {}}
+    return {**derived, **_changes(old_f, new_f)}
+
+
+def _changes(old_f: StackFacts | None, new_f: StackFacts | None) -> dict[str, Any]:
     if old_f is not None and new_f is not None:
         capacity: tuple[Delta, ...] = ()
         if old_f.plan is not None and new_f.plan is not None:
             capacity = capacity_deltas(old_f, new_f)
         changed_key = old_f.cache_key != new_f.cache_key and new_f.cache_enabled
         return {
-            "argv": diff_options({"image": old_f.image, **argv_options(old_f.argv)},
-                                 {"image": new_f.image, **argv_options(new_f.argv)}),
-            "env": diff_options(old_f.env, new_f.env),
+            "argv": _labelled(diff_options({"image": old_f.image, **argv_options(old_f.argv)},
+                                           {"image": new_f.image, **argv_options(new_f.argv)}),
+                              new_f.rule_labels),
+            "env": _labelled(diff_options(old_f.env, new_f.env), new_f.rule_labels),
             "cache_key": (old_f.cache_key, new_f.cache_key) if changed_key else None,
             "capacity": capacity,
             "capacity_note": None if capacity else capacity_summary(new_f),

@@ -18,6 +18,7 @@ from tpuserve.render.boot_script import vllm_command
 from tpuserve.render.vllm_args import compile_cache_key, container_env, served_config_sha256
 from tpuserve.settings import ConfigError, flag_rules, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
+from tpuserve.settings.derived_labels import derived_figures, flag_rule_labels, weights_label
 from tpuserve.settings.loader import all_warnings
 from tpuserve.settings.sections import CapacitySettings
 
@@ -63,6 +64,9 @@ def config_facts(project: Path, environ: Mapping[str, str] | None = None) -> Con
             plan_error=error,
             warnings=tuple(all_warnings(d)),
             config_sha256=served_config_sha256(d, argv),
+            derived=derived_figures(d),
+            rule_labels=flag_rule_labels(d),
+            weights_label=weights_label(d),
         )
     return ConfigFacts(stacks)
 

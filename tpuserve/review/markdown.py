@@ -143,10 +143,13 @@ def _objects_md(s: StackReview) -> list[str]:
     return [*out, ""]
 
 
-def _options_md(title: str, changes: Sequence[FlagChange]) -> list[str]:
+def _options_md(title: str, changes: Sequence[FlagChange], *, derived: bool = False
+                ) -> list[str]:
     if not changes:
         return []
-    out = [f"**{title}**", "", "| option | base | head | measured rule |", "|---|---|---|---|"]
+    # HEAD not the measured pair: its rules are derived (each says so), not measured.
+    column = "rule (derived where it says so)" if derived else "measured rule"
+    out = [f"**{title}**", "", f"| option | base | head | {column} |", "|---|---|---|---|"]
     for f in changes:
         name = _code(f.name) + (f" ({_code(f.setting)})" if f.setting else "")
         old = "(absent)" if f.old is None else _code(f.old)
@@ -169,8 +172,9 @@ def _stack_md(s: StackReview) -> list[str]:
         out += ["**`vllm serve`**", "", f"    {shlex.join(s.head_argv)}", ""]
         out += [(f"**cold compile**: a new stack's first boot compiles cold, ~{COLD_START_S:.0f} s "
                 "(SPEC 4)"), ""]
-    out += _options_md("`vllm serve` argv and image", s.argv)
-    out += _options_md("Container env", s.env)
+    out += _derived_md(s)
+    out += _options_md("`vllm serve` argv and image", s.argv, derived=bool(s.derived_head))
+    out += _options_md("Container env", s.env, derived=bool(s.derived_head))
     if s.cache_key is not None:
         out += [(f"> **cold compile**: the compile-cache key changes ({_code(s.cache_key[0])} → "
                 f"{_code(s.cache_key[1])}): ~{COLD_START_S:.0f} s instead of "
@@ -187,6 +191,20 @@ def _stack_md(s: StackReview) -> list[str]:
         out += ["**New warnings**", "", *[f"- {_cell(w)}" for w in s.new_warnings], ""]
     if s.resolved_warnings:
         out += ["**Resolved warnings**", "", *[f"- {_cell(w)}" for w in s.resolved_warnings], ""]
+    return out
+
+
+def _derived_md(s: StackReview) -> list[str]:
+    """Each side that is not the measured pair: which figures and rules are derived, from
+    what, with what margin (settings/derived_labels.py); nothing on the measured pair."""
+    sides = [(w, d) for w, d in (("base", s.derived_base), ("head", s.derived_head)) if d]
+    if sides and len(sides) == 2 and sides[0][1] == sides[1][1]:
+        sides = [("base and head", sides[1][1])]
+    out: list[str] = []
+    for which, derived in sides:
+        out += [f"**Derived, not measured** ({which}):", ""]
+        out += [f"- {_code(name)}: {_cell(text)}" for name, text in derived.items()]
+        out.append("")
     return out
 
 

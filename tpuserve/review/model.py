@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuserve.facts import COLD_START_S, WARM_START_S
@@ -137,9 +137,14 @@ class FlagChange:
     name: str
     old: str | None
     new: str | None
+    # The rule as it applies to HEAD's deployment when that is not the measured pair: labelled
+    # derived, with its margin (StackFacts.rule_labels); None: the measured rule as it is.
+    labelled_rule: str | None = None
 
     @property
     def rule(self) -> str | None:
+        if self.labelled_rule is not None:
+            return self.labelled_rule
         r = flag_rule(self.name)
         return None if r is None else r.rule
 
@@ -187,6 +192,13 @@ class StackReview:
     # The fleet's Kubernetes objects (its bundle), and why they were not compared if so.
     kubernetes_objects: tuple[ObjectChange, ...] = ()
     kubernetes_notes: tuple[str, ...] = ()
+    # Each side's derived figures and rules when it is not the measured pair (StackFacts.derived).
+    derived_base: Mapping[str, str] = field(default_factory=dict)
+    derived_head: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def derived(self) -> bool:
+        return bool(self.derived_base or self.derived_head)
 
     @property
     def server_effect(self) -> ServerEffect | None:
@@ -202,6 +214,13 @@ class StackReview:
                 for a in ("added", "changed", "removed")}
 
     def to_json(self) -> dict[str, Any]:
+        # `derived` only where a side is not the measured pair: the measured review is as it was.
+        # A list of {name, source}: a name such as kv_bytes_per_token is no JSON key the
+        # redactor takes for a secret's.
+        derived = {"derived": {side: [{"name": k, "source": v} for k, v in figures.items()]
+                               for side, figures in (("base", self.derived_base),
+                                                     ("head", self.derived_head))}
+                   } if self.derived else {}
         return {
             "name": self.name,
             "status": self.status,
@@ -221,6 +240,7 @@ class StackReview:
             "kubernetes_objects": [o.to_json() for o in self.kubernetes_objects],
             "kubernetes_notes": list(self.kubernetes_notes),
             "server_effect": None if self.server_effect is None else self.server_effect.to_json(),
+            **derived,
         }
 
 

@@ -4,7 +4,7 @@ current code derives from its config. Plain data; filled by synthesis and config
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpuserve.planner.arithmetic import Plan
@@ -27,6 +27,12 @@ class StackFacts:
     # What the running server serves with (image, argv, env), hashed as the boot script
     # publishes it (guest attribute `config`); "" when not known.
     config_sha256: str = ""
+    # Not the measured pair (Gemma 4 E2B on v5litepod-1): {figure or rule: where it is
+    # derived from, with its margin}, and {flag: its measured rule labelled derived}; {} on
+    # the measured pair (settings/derived_labels.py).
+    derived: Mapping[str, str] = field(default_factory=dict)
+    rule_labels: Mapping[str, str] = field(default_factory=dict)
+    weights_label: str = "weights (measured)"
 
 
 @dataclass(frozen=True)

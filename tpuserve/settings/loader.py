@@ -1,10 +1,11 @@
 """THE config loader: TOML in, validated and capacity-checked deployments plus warnings out.
 
 Synth (main.py), every CLI command, the plan review and the tests load through `load` (the
-default TOML, TPUSERVE_CONFIG's file and TPUSERVE_PROJECT/ZONE) or `from_raw` (a dict already
-read). Each runs every stack's validators, then the planner's capacity rules
-(settings/capacity.py), and raises one ConfigError listing every problem; soft rules come
-back as warnings. Data flows one way: sections -> deployment -> capacity, warnings -> loader.
+default TOML, TPUSERVE_CONFIG's files, later ones winning, and TPUSERVE_PROJECT/ZONE) or
+`from_raw` (a dict already read). Each runs every stack's validators, then the planner's
+capacity rules (settings/capacity.py), and raises one ConfigError listing every problem; soft
+rules come back as warnings. Data flows one way: sections -> deployment -> capacity,
+warnings -> loader.
 """
 
 from __future__ import annotations
@@ -141,16 +142,40 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
 def load_raw(
     path: Path = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The default TOML, with TPUSERVE_CONFIG's file and TPUSERVE_PROJECT/ZONE merged over."""
+    """The default TOML, with TPUSERVE_CONFIG's files (in order, later ones win) and
+    TPUSERVE_PROJECT/ZONE merged over."""
     env = os.environ if environ is None else environ
-    raw = _read_toml(path, "the default config")
+    raw = _read_toml(path, f"the default config = {shown(str(path))}")
     if user := env.get(CONFIG_ENV):
-        raw = deep_merge(raw, _anchor_geometry(_read_toml(Path(user), CONFIG_ENV),
-                                               Path(user).parent))
+        for user_path, label in config_files(user):
+            raw = deep_merge(raw, _anchor_geometry(_read_toml(user_path, label),
+                                                   user_path.parent))
     for var, key in ((PROJECT_ENV, "project"), (ZONE_ENV, "zone")):
         if value := env.get(var):
             raw = deep_merge(raw, {"gcp": {key: value}})
     return raw
+
+
+# TPUSERVE_CONFIG holds one file or several, separated like PATH; a later file wins.
+CONFIG_SEPARATOR = ":"
+_LIST_RULE = (f"{CONFIG_ENV} is a list of TOML files separated by {CONFIG_SEPARATOR!r}, each "
+              "merged over the ones before it (later ones win)")
+
+
+def config_files(value: str) -> list[tuple[Path, str]]:
+    """TPUSERVE_CONFIG's files in merge order, each with the label its errors start with; a
+    ConfigError (one line) for an empty element: it names no file, and skipping it would
+    hide a typo such as `a.toml::b.toml` or a stray ':' at either end."""
+    parts = value.split(CONFIG_SEPARATOR)
+    if len(parts) == 1:
+        return [(Path(value), f"{CONFIG_ENV} = {shown(value)}")]
+    out = []
+    for i, part in enumerate(parts, 1):
+        where = f"{CONFIG_ENV} = {shown(value)}: file {i} of {len(parts)}"
+        if not part:
+            raise ConfigError([f"{where} is empty; {_LIST_RULE}, and no name is empty"])
+        out.append((Path(part), f"{where} = {shown(part)}"))
+    return out
 
 
 def _anchor_geometry(raw: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -168,14 +193,19 @@ def _anchor_geometry(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     return raw
 
 
-def _read_toml(path: Path, what: str) -> dict[str, Any]:
-    """A TOML file as a dict; an unreadable or malformed file is a ConfigError, not a traceback."""
+def _read_toml(path: Path, label: str) -> dict[str, Any]:
+    """A TOML file as a dict; an unreadable or malformed file is a ConfigError, not a traceback.
+    `label` names the setting and the file (`TPUSERVE_CONFIG = '...'`)."""
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{what} = {shown(str(path))}: cannot be read ({exc})"]) from None
+        raise ConfigError([f"{label}: cannot be read ({_one_line(exc)})"]) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{what} = {shown(str(path))}: not valid TOML ({exc})"]) from None
+        raise ConfigError([f"{label}: not valid TOML ({_one_line(exc)})"]) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _format_error(stack: str, err: Mapping[str, Any]) -> str:

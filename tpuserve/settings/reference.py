@@ -43,9 +43,11 @@ edit it by hand; a test fails when it is stale. "SPEC n" is the section of the m
 document the figure comes from.
 
 A stack's configuration is, from bottom to top: each setting's default below, then
-`config/default.toml` (the stacks, and the few values it sets), then the TOML file
-`TPUSERVE_CONFIG` names (merged table by table), then `TPUSERVE_PROJECT` and `TPUSERVE_ZONE`
-(`gcp.project`, `gcp.zone`). A `[stacks.NAME]` table may hold any section (say
+`config/default.toml` (the stacks, and the few values it sets), then the TOML files
+`TPUSERVE_CONFIG` names (one, or several separated by `:`, each merged table by table over
+the ones before it: later ones win; a relative path in a file, such as
+`capacity.model_geometry`, names a file beside it), then `TPUSERVE_PROJECT` and
+`TPUSERVE_ZONE` (`gcp.project`, `gcp.zone`). A `[stacks.NAME]` table may hold any section (say
 `[stacks.spot.vllm]`) to override it for that stack, and holds the stack's own settings
 (`stack.*` below) directly. The base every stack of a deployment shares holds `[gcp]`,
 `cache.retention_days` and `[state]`: a `[stacks.NAME]` table that moves one of them (another
