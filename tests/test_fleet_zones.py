@@ -64,7 +64,7 @@ def test_a_refused_pool_is_one_line_naming_the_setting(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # No refusal is documented for GKE today: one is put in the table to see the message.
     table = {k: dict(v) for k, v in zones.POOL_ZONES.items()}
-    table[("v5litepod-1", "spot")]["us-west4-a"] = ZoneFact(Offer.REFUSED, "SPEC 0: test")
+    table[("v5litepod-1", "spot")]["us-west4-a"] = ZoneFact(Offer.REFUSED, "a test: refused")
     monkeypatch.setattr(zones, "POOL_ZONES", table)
     with pytest.raises(ConfigError) as exc:
         _load(tmp_path, "[stacks.fleet.fleet]\nprovisioning = [\"flex\", \"spot\"]\n")
@@ -73,7 +73,7 @@ def test_a_refused_pool_is_one_line_naming_the_setting(tmp_path: Path,
     [line] = [x for x in msg.splitlines() if "GKE node pool" in x]
     assert "gcp.zone = 'us-west4-a': the spot GKE node pool does not take v5litepod-1 there" in line
     assert "drop it from fleet.provisioning, or set [stacks.fleet] enabled = false" in line
-    assert "(SPEC 0: test)" in line
+    assert "(a test: refused)" in line
     # Without the refused pool, the fleet loads.
     assert FLEET.name in _load(tmp_path, '[stacks.fleet.fleet]\nprovisioning = ["flex"]\n'
                                ).deployments
