@@ -240,6 +240,10 @@ class FleetStack(ServingStack):
                 total_min_node_count=f.min_replicas if first else 0,
                 total_max_node_count=f.max_replicas, location_policy="ANY"),
             management=GoogleContainerNodePoolManagement(auto_repair=repair, auto_upgrade=True),
+            # No placement_policy.tpu_topology: every slice served is single-host (one VM,
+            # the machine type's chips), and a single-host pool takes no topology (Google's
+            # xpk, src/xpk/core/nodepool.py: --tpu-topology only past one VM per slice; the
+            # gcloud comparison in tests/gcloud records the multi-host form).
             # GKE's rule for a ComputeClass over manually created pools: each carries the
             # class as a label and a NoSchedule taint, so only the class's pods land there.
             node_config=self._node_config(

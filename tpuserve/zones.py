@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from tpuserve.kinds import KINDS, Kind
+from tpuserve.kinds import KINDS, POOL_MODELS, Kind, by_model
 
 
 class Offer(Enum):
@@ -108,3 +108,64 @@ def offered(accelerator_type: str, provisioning_model: str) -> dict[str, str]:
     facts = ZONES.get((accelerator_type, provisioning_model), {})
     ok = {z: f.source for z, f in facts.items() if f.state is Offer.OFFERED}
     return dict(sorted(ok.items(), key=lambda zs: not zs[1].startswith("SPEC")))
+
+
+# ------------------------------------------------------------------ GKE node pools (the fleet)
+# A GKE TPU node pool is TPU VMs ("TPU VM: A Compute Engine VM running on a physical machine
+# with TPU hardware", 'About TPUs in GKE'), and 'Plan TPUs in GKE' asks only that "your cluster
+# must be in a supported region for that type": the zones are the regions page's, per TPU
+# version, for each node-pool provisioning model alike (neither page names one; no GKE page
+# read here lists flex-start's own zones). Nothing read documents a zone as not offering a
+# pool, so no GKE verdict is REFUSED: an unlisted zone is UNKNOWN (synth warns).
+_GKE = ("vendor: Google's 'Plan TPUs in GKE' (cloud.google.com/kubernetes-engine/docs/concepts/"
+        "plan-tpus: the cluster must be in a supported region for the type) with the zones of "
+        f"'TPU regions and zones' (docs.cloud.google.com/tpu/docs/types-zones), {_READ}")
+
+
+def _pool_facts() -> dict[Key, dict[str, ZoneFact]]:
+    table: dict[Key, dict[str, ZoneFact]] = {
+        (a, m): {} for a in ACCELERATOR_TYPES for m in POOL_MODELS}
+    offered_zones = {V5E: ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
+                     V6E: ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b",
+                           "europe-west4-a")}
+    for accels, zones in offered_zones.items():
+        for a in accels:
+            for m in POOL_MODELS:
+                table[(a, m)].update(dict.fromkeys(zones, ZoneFact(Offer.OFFERED, _GKE)))
+    return table
+
+
+POOL_ZONES: Mapping[Key, Mapping[str, ZoneFact]] = _pool_facts()
+
+
+def pool_zone_fact(accelerator_type: str, pool_model: str, zone: str) -> ZoneFact:
+    """The verdict for a GKE TPU node pool of that provisioning model in one zone."""
+    return POOL_ZONES.get((accelerator_type, pool_model), {}).get(zone, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class StackZone:
+    """One capacity a stack asks of its zone: `what` in messages, the setting that asks for it
+    (beside `[stacks.NAME] enabled`), its verdict, and the zones known to offer it."""
+
+    what: str
+    setting: str
+    fact: ZoneFact
+    known_good: Mapping[str, str]
+
+
+def stack_zones(kind: Kind, accelerator_type: str, zone: str,
+                pool_models: Iterable[str] = ()) -> list[StackZone]:
+    """Every capacity the stack needs in `zone`: a TPU VM kind its own provisioning model; a
+    GKE kind one node pool per model of its `fleet.provisioning` (`pool_models`)."""
+    if not kind.on_gke:
+        return [StackZone(kind.title, "gcp.zone", zone_fact(
+            accelerator_type, kind.provisioning_model, zone), offered(
+            accelerator_type, kind.provisioning_model))]
+    out = []
+    for model in pool_models:
+        facts = POOL_ZONES.get((accelerator_type, model), {})
+        good = {z: f.source for z, f in facts.items() if f.state is Offer.OFFERED}
+        out.append(StackZone(f"the {by_model(model).title} GKE node pool", "fleet.provisioning",
+                             pool_zone_fact(accelerator_type, model, zone), good))
+    return out

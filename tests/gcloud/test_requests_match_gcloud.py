@@ -99,14 +99,20 @@ POOL_GCLOUD_ONLY = {
         "leaves upgrade_settings unset, so GKE applies the same default",
     "parent": "gcloud repeats the URL's parent in the body; the provider sends "
               "CreateNodePoolRequest{NodePool} only, the parent being the URL path",
-    "nodePool.placementPolicy.tpuTopology": "sent because the documented command passes "
-        "--tpu-topology (gcloud without it sends no placementPolicy); container.v1beta1 "
-        "documents tpuTopology for pod-slice (multi-host) pools, and ours are single-host "
-        "with none set. Not proven on GKE that a pool without it gets the machine type's "
-        "one-VM topology; ct6e-standard-4t also serves 2x4 over 2 VMs (cloud.google.com/tpu/"
-        "docs/v6e), so a v6e-4 pool should set placement_policy.tpu_topology (this entry "
-        "then goes stale and must be removed)",
 }
+# Why no pool sets placement_policy: a single-host TPU pool takes no topology. Google's own
+# GKE tool passes --tpu-topology (with --placement-type=COMPACT) only when a slice spans more
+# than one VM: AI-Hypercomputer/xpk src/xpk/core/nodepool.py at 367c838 ("--tpu-topology should
+# not be set for single-host node pools", if system.vms_per_slice > 1; #822, 2aa1fb0, which
+# removed it from single-host pools after it had been set on them); GKE's multislice page calls
+# ct5lp-hightpu-4t in 2x2 a single-host TPU slice node pool. google-beta 6.50.0 could not send
+# the bare topology gcloud sends anyway: placement_policy's `type` is Required
+# (resource_container_node_pool.go schema; expandNodePool copies type, policy_name and
+# tpu_topology into container.PlacementPolicy).
+SINGLE_HOST_TOPOLOGY = ("AI-Hypercomputer/xpk src/xpk/core/nodepool.py at 367c838 (#822): no "
+                        "--tpu-topology for single-host node pools")
+PLACEMENT_TYPE_REQUIRED = ("google-beta v6.50.0 services/container/resource_container_node_pool"
+                           ".go: placement_policy.type Required")
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -233,6 +239,9 @@ def _record(accelerator: str, model: str, deployments: dict[str, Deployment],
         return Recorded(f"{accelerator}/flex", cmd, _one(posts), ours, {}, QR_OURS_ONLY,
                         ("tpu", QR_API_VERSION))
     pool_model = model.split(":", 1)[1]
+    # No --tpu-topology: every slice of the table is single-host, and Google's own tool leaves
+    # it out for single-host pools (SINGLE_HOST_TOPOLOGY below); the multi-host form is
+    # recorded apart (test_tpu_topology_is_the_multi_host_form).
     d = deployments["fleet"]
     f = d.fleet
     stack = stacks["fleet"]
@@ -248,7 +257,7 @@ def _record(accelerator: str, model: str, deployments: dict[str, Deployment],
                 "ondemand": ["--enable-autorepair"]}[pool_model]
     args = ["beta", "container", "node-pools", "create", name, "--cluster", d.node_name,
             "--location", d.gcp.zone, "--machine-type", facts.gke_machine_type,
-            "--tpu-topology", facts.gke_topology, *capacity, "--num-nodes=0",
+            *capacity, "--num-nodes=0",
             "--enable-autoscaling", f"--total-min-nodes={f.min_replicas if first else 0}",
             f"--total-max-nodes={f.max_replicas}", "--location-policy=ANY",
             "--enable-autoupgrade", "--service-account", d.service_account_email,
@@ -304,3 +313,23 @@ def test_our_request_is_one_the_api_documents(recorded: Recorded) -> None:
     # the server ignores it (AIP-203); the fake refuses output-only fields on purpose.
     body = {k: v for k, v in o.body.items() if not (k == "name" and "/nodes" in o.path)}
     doc.check_request(o.method, o.path, {k: [v] for k, v in o.query.items()}, json.dumps(body))
+
+
+def test_tpu_topology_is_the_multi_host_form(tmp_path: Path) -> None:
+    """What --tpu-topology sends (a bare placementPolicy.tpuTopology), recorded for v6e-4,
+    whose ct6e-standard-4t also serves 2x4 over two VMs: ours sends no placementPolicy for its
+    single-host pools (SINGLE_HOST_TOPOLOGY), and could not send gcloud's bare form through
+    the provider, whose placement_policy needs a `type` (PLACEMENT_TYPE_REQUIRED)."""
+    facts = ACCELERATOR_FACTS["v6e-4"]
+    deployments, stacks = synthesized_for("v6e-4", tmp_path / "synth")
+    d = deployments["fleet"]
+    args = ["beta", "container", "node-pools", "create", "tpu-probe", "--cluster", d.node_name,
+            "--location", d.gcp.zone, "--machine-type", facts.gke_machine_type,
+            "--tpu-topology", facts.gke_topology, "--num-nodes=0"]
+    _, posts = run_gcloud(args, api="container", version=pr.CONTAINER_VERSION,
+                          project=d.gcp.project, workdir=tmp_path)
+    assert _one(posts).body["nodePool"]["placementPolicy"] == {"tpuTopology": "2x2"}
+    for name, pool in stacks["fleet"]["resource"]["google_container_node_pool"].items():
+        assert "placement_policy" not in pool, name
+        assert "placementPolicy" not in pr.node_pool_request(
+            pool, stacks["fleet"]["provider"]["google-beta"][0], "c").body["nodePool"], name

@@ -263,7 +263,8 @@ def test_all_failures_at_once_are_one_line_each(cloud) -> None:
     (query(machine_type="ct5p-hightpu-4t"), "known TPU machine types"),
     # A v6e machine is the accelerator table's, but no Compute Engine quota metric names v6e:
     # the check refuses rather than pass a quota it cannot read (docs/accelerators.md).
-    (query(machine_type="ct6e-standard-1t"), "no quota metric is known for tpu-v6e-slice"),
+    (query(machine_type="ct6e-standard-1t"), ("no quota metric is known for tpu-v6e-slice "
+     "flex, spot nodes: compute.v1's Quota.metric (its discovery document) names none for it")),
     (query(provisioning="flex,flex"), "distinct models"),
     (query(min_replicas="7"), "exceeds max_replicas"),
     (query(min_master_version="1.34"), "a full GKE version"),

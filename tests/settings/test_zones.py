@@ -113,8 +113,13 @@ def test_an_unknown_zone_warns_in_every_tpu_vm_stack_and_names_the_switch() -> N
         assert warning.startswith(f"gcp.zone = 'asia-east1-c': {k.title} acceptance of "
                                   "v5litepod-1 is unknown there (known good: ")
         assert f"[stacks.{k.name}] enabled = false" in warning
-    fleet = next(k for k in KINDS if k.on_gke)
-    assert zone_warnings(loaded.deployments[fleet.name]) == []  # GKE's availability: not here
+    # The fleet: one warning per node pool of fleet.provisioning (GKE's own verdicts).
+    fleet = loaded.deployments[next(k for k in KINDS if k.on_gke).name]
+    warnings = zone_warnings(fleet)
+    assert len(warnings) == len(fleet.fleet.provisioning) > 0
+    for warning in warnings:
+        assert " GKE node pool acceptance of v5litepod-1 is unknown there" in warning
+        assert f"[stacks.{fleet.name}] enabled = false" in warning
 
 
 def test_a_switched_off_stack_checks_only_its_own_keys(tmp_path: Path) -> None:

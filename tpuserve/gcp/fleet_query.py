@@ -132,7 +132,10 @@ def parse_query(text: str) -> Query:
     unmapped = [m for m in models if m not in QUOTA_METRICS.get(accelerator, {})]
     if unmapped:
         raise UsageError(f"preflight: no quota metric is known for {accelerator} "
-                         f"{', '.join(unmapped)} nodes (tpuserve.gcp.fleet_query.QUOTA_METRICS)")
+                         f"{', '.join(unmapped)} nodes: compute.v1's Quota.metric (its discovery "
+                         "document) names none for it, so regions.get cannot prove the quota "
+                         "the node pools draw on; refused rather than planned unchecked "
+                         "(tpuserve.gcp.fleet_query.QUOTA_METRICS, docs/fleet.md)")
     lo, hi = _int(q, "min_replicas"), _int(q, "max_replicas")
     if lo > hi:
         raise UsageError(f"preflight: query min_replicas {lo} exceeds max_replicas {hi}")

@@ -33,7 +33,7 @@ from tpuserve.settings.sections import (
 from tpuserve.settings.stack import GuardedVmStackSettings, StackSettings, of_kind
 from tpuserve.settings.string_rules import check
 from tpuserve.settings.vllm import VllmSettings
-from tpuserve.zones import Offer, offered, zone_fact
+from tpuserve.zones import Offer, stack_zones
 
 
 class Deployment(StrictModel):
@@ -106,20 +106,23 @@ class Deployment(StrictModel):
 
     @model_validator(mode="after")
     def _zone_offers(self) -> Deployment:
-        # A zone measured to refuse the accelerator under this provisioning model (tpuserve/
-        # zones.py) fails here, before anything is deployed; an unknown one only warns.
-        zone, accel, kind = self.gcp.zone, self.tpu.accelerator_type, self.kind
-        fact = zone_fact(accel, kind.provisioning_model, zone)
-        if kind.on_gke or fact.state is not Offer.REFUSED:
-            return self
-        good = next(iter(offered(accel, kind.provisioning_model)), None)
-        use = f"use {good} (set TPUSERVE_ZONE), or " if good else ""
-        raise spec_error(
-            "gcp.zone", zone,
-            f"{kind.title} does not take {accel} there; {use}set [stacks.{self.name}] "
-            "enabled = false to synthesize the other stacks without it",
-            fact.source,
-        )
+        # A zone measured (or documented) to refuse what the stack asks of it (tpuserve/
+        # zones.py: a TPU VM's provisioning model, or each fleet node pool's) fails here,
+        # before anything is deployed; an unknown one only warns.
+        pools = self.fleet.provisioning if self.fleet is not None else ()
+        for need in stack_zones(self.kind, self.tpu.accelerator_type, self.gcp.zone, pools):
+            if need.fact.state is not Offer.REFUSED:
+                continue
+            good = next(iter(need.known_good), None)
+            use = f"use {good} (set TPUSERVE_ZONE), or " if good else ""
+            drop = (f"drop it from {need.setting}, or " if need.setting != "gcp.zone" else "")
+            raise spec_error(
+                "gcp.zone", self.gcp.zone,
+                f"{need.what} does not take {self.tpu.accelerator_type} there; {use}{drop}set "
+                f"[stacks.{self.name}] enabled = false to synthesize the other stacks without it",
+                need.fact.source,
+            )
+        return self
 
     @model_validator(mode="wrap")
     @classmethod

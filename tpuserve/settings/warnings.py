@@ -9,7 +9,7 @@ from tpuserve.facts import HOURS_PER_MONTH
 from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
-from tpuserve.zones import Offer, offered, zone_fact
+from tpuserve.zones import Offer, stack_zones
 
 
 def _price_of_another_chip(d: Deployment) -> list[str]:
@@ -73,22 +73,26 @@ def deployment_warnings(d: Deployment) -> list[str]:
 
 
 def zone_warnings(d: Deployment) -> list[str]:
-    """A zone no source says offers the stack's accelerator under its provisioning model
-    (tpuserve/zones.py): it may work, and a refused create fails only at deploy."""
-    model, accel = d.kind.provisioning_model, d.tpu.accelerator_type
-    if d.kind.on_gke or zone_fact(accel, model, d.gcp.zone).state is not Offer.UNKNOWN:
-        return []
-    by_source: dict[str, list[str]] = {}
-    for zone, why in offered(accel, model).items():
-        by_source.setdefault(why, []).append(zone)
-    good = "; ".join(f"{', '.join(zones)} ({why})" for why, zones in by_source.items()) or (
-        "none in tpuserve/zones.py")
-    return [(
-        f"gcp.zone = {d.gcp.zone!r}: {d.kind.title} acceptance of {accel} is unknown there "
-        f"(known good: {good}); a create that is refused fails at deploy (SPEC 2: quota in a "
-        "zone says nothing about whether a provisioning model is accepted); "
-        f"[stacks.{d.name}] enabled = false leaves this stack out"
-    )]
+    """A zone no source says offers what the stack asks of it (tpuserve/zones.py: a TPU VM's
+    provisioning model, or each fleet node pool's): it may work, and a refused create fails
+    only at deploy."""
+    accel, out = d.tpu.accelerator_type, []
+    pools = d.fleet.provisioning if d.fleet is not None else ()
+    for need in stack_zones(d.kind, accel, d.gcp.zone, pools):
+        if need.fact.state is not Offer.UNKNOWN:
+            continue
+        by_source: dict[str, list[str]] = {}
+        for zone, why in need.known_good.items():
+            by_source.setdefault(why, []).append(zone)
+        good = "; ".join(f"{', '.join(zones)} ({why})" for why, zones in by_source.items()) or (
+            "none in tpuserve/zones.py")
+        out.append(
+            f"gcp.zone = {d.gcp.zone!r}: {need.what} acceptance of {accel} is unknown there "
+            f"(known good: {good}); a create that is refused fails at deploy (SPEC 2: quota in "
+            "a zone says nothing about whether a provisioning model is accepted); "
+            f"[stacks.{d.name}] enabled = false leaves this stack out"
+        )
+    return out
 
 
 def fleet_warnings(d: Deployment) -> list[str]:
