@@ -300,6 +300,9 @@ def test_the_synth_summary_names_the_slice(s: Synth) -> None:
                                     "spot)")
     assert lines["flex"].startswith("flex      flex-start queued resource")
     assert lines["fleet"].startswith("fleet     GKE fleet:")
+    chips = int(s.case.accelerator.rsplit("-", 1)[1])
+    replica = "one-chip" if chips == 1 else f"{chips}-chip"  # what one replica is, not one chip
+    assert f" {replica} replicas in " in lines["fleet"], lines["fleet"]
     assert lines["base"].startswith("base      long-lived base")
 
 

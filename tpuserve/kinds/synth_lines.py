@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tpuserve.accelerators import ACCELERATORS
 from tpuserve.contracts import (
     DATA_RESOURCE,
     NODE_POOL_TYPE,
@@ -61,11 +62,21 @@ def gke_fleet(kind: Kind, stack: str, resources: Mapping[str, Any],
     if not pools:
         return None
     tpu_pools = [p["name"] for p in pools.values() if p["name"] != SYSTEM_POOL_NAME]
-    scaling = next((p["autoscaling"] for p in pools.values() if p["name"] != SYSTEM_POOL_NAME), {})
+    tpu = [p for p in pools.values() if p["name"] != SYSTEM_POOL_NAME]
+    scaling = next((p["autoscaling"] for p in tpu), {})
+    machine = next((p.get("node_config", {}).get("machine_type") for p in tpu), None)
     return (f"{stack:9} {kind.title}: {scaling.get('total_min_node_count', '?')}-"
-            f"{scaling.get('total_max_node_count', '?')} one-chip replicas in "
+            f"{scaling.get('total_max_node_count', '?')} {_replica(machine)} replicas in "
             f"{', '.join(tpu_pools)}; {_count(resources)} resources; "
             f"${_price(outputs)}/h a replica")
+
+
+def _replica(machine_type: str | None) -> str:
+    """What one replica is: its chip count, read from the pool's machine type."""
+    chips = next((a.chips for a in ACCELERATORS.values() if a.machine_type == machine_type), None)
+    if chips is None:
+        return f"{machine_type or 'unknown-machine'}"
+    return "one-chip" if chips == 1 else f"{chips}-chip"
 
 
 def no_tpu(stack: str, resources: Mapping[str, Any], outputs: Mapping[str, Any]) -> str:
