@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.render.boot.support import Cloud, Node
 from tests.sim import response_model as rm
+from tpuserve.paths import REPO_ROOT
 from tpuserve.render.vllm_args import container_env, serve_argv
 from tpuserve.settings import Deployment
 
@@ -100,3 +104,40 @@ def optimum(p: rm.Params) -> tuple[Candidate, float]:
               if (t := workload_tok_s(c, p)) is not None]
     usd, best = min(scored, key=lambda x: x[0])
     return best, usd
+
+
+# ---------------------------------------------------------------- the project's own bench
+@dataclass(frozen=True)
+class BenchCell:
+    context: int
+    clients: int
+    output_tokens: int
+    doc: dict[str, Any]  # the cell of `tpuserve bench --json`
+
+    @property
+    def prompt_tokens(self) -> int:
+        return round(self.doc["prompt_tokens_mean"])
+
+
+def bench_cell(cloud: Cloud, node: Node, out: Path, *, context: int = 128, clients: int = 4,
+               output_tokens: int = 32, repetitions: int = 2, requests_per_client: int = 2,
+               ) -> BenchCell:
+    """`tpuserve bench` (the CLI, a process of its own) through NODE's API-key proxy: TLS
+    pinned to the certificate the node made, the key in the environment (never argv)."""
+    pem = node.root / "run/tpuserve/secrets/tls-cert.pem"
+    argv = [sys.executable, "-m", "tpuserve", "bench",
+            "--endpoint", f"https://127.0.0.1:{cloud.public_port}", "--cacert", str(pem),
+            "--contexts", str(context), "--clients", str(clients),
+            "--repetitions", str(repetitions), "--output-tokens", str(output_tokens),
+            "--requests-per-client", str(requests_per_client), "--deadline", "300",
+            "--json", "--no-chart", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENAI_API_KEY": cloud.api_key}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400,
+                          check=False, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (doc,) = json.loads(proc.stdout)["cells"]
+    return BenchCell(context, clients, output_tokens, doc)
+
+
+def vllm_log(node: Node) -> str:
+    return (node.docker_state / "containers" / "vllm-gemma4.log").read_text()
