@@ -4,11 +4,13 @@ seeded parameters move the optimum: three seeds, three different best configs.""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from tests.sim import response_model as rm
 from tests.sim.support import GRID, Candidate, candidate, config_of, optimum, workload_tok_s
+from tpuserve.paths import REPO_ROOT
 from tpuserve.settings import load
 
 SEEDS = range(8)
@@ -176,3 +178,17 @@ def test_three_seeds_have_different_optima() -> None:
                        key=lambda x: -x[0])
         assert rates[0][1] == b and rates[0][0] > rates[1][0]
         assert rates[0][0] > (workload_tok_s(Candidate(), p) or 0)
+
+
+def test_the_docs_optima_table_is_the_models() -> None:
+    page = (REPO_ROOT / "docs" / "tune-simulator.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \| ([\d.]+) \|$", page, re.M)
+    assert [int(s) for s, _, _ in rows] == list(DISTINCT_SEEDS)
+    for seed, text, usd in rows:
+        best, want = optimum(rm.Params.draw(int(seed)))
+        assert float(usd) == round(want, 3), seed
+        words = [w.strip() for w in text.split(",")]
+        assert words == [
+            str(best.max_num_batched_tokens), f"{best.gpu_memory_utilization:g}",
+            f"{best.max_num_seqs or 256} seqs", f"gap {best.padding_gap}",
+            "speculative" if best.speculative else "no speculative", str(best.max_model_len)]
