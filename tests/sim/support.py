@@ -139,5 +139,18 @@ def bench_cell(cloud: Cloud, node: Node, out: Path, *, context: int = 128, clien
     return BenchCell(context, clients, output_tokens, doc)
 
 
+def smoke(cloud: Cloud, node: Node) -> dict[str, Any]:
+    """`tpuserve smoke --json` through NODE's proxy, as bench_cell runs bench."""
+    pem = node.root / "run/tpuserve/secrets/tls-cert.pem"
+    argv = [sys.executable, "-m", "tpuserve", "smoke",
+            "--endpoint", f"https://127.0.0.1:{cloud.public_port}", "--cacert", str(pem),
+            "--json"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENAI_API_KEY": cloud.api_key}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400,
+                          check=False, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
 def vllm_log(node: Node) -> str:
     return (node.docker_state / "containers" / "vllm-gemma4.log").read_text()

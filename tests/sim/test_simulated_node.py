@@ -12,7 +12,15 @@ import pytest
 
 from tests.render.boot.support import NAMESPACE, Cloud, wait_for
 from tests.sim import response_model as rm
-from tests.sim.support import bench_cell, candidate, config_of, sim_node, vllm_log, write_seed
+from tests.sim.support import (
+    bench_cell,
+    candidate,
+    config_of,
+    sim_node,
+    smoke,
+    vllm_log,
+    write_seed,
+)
 from tpuserve.render.boot_script import render_startup
 from tpuserve.settings import Deployment
 
@@ -127,3 +135,14 @@ def test_a_candidate_patched_into_metadata_is_booted_by_the_watcher(
 def _reconverge(cloud: Cloud, since: float = 0) -> list[str]:
     return [w.value.split(" ", 1)[1] for w in cloud.metadata.writes_in(NAMESPACE)
             if w.key == "reconverge" and w.at >= since]
+
+
+def test_the_booted_simulator_passes_the_projects_smoke(cloud: Cloud, tmp_path: Path) -> None:
+    node = sim_node(cloud, write_seed(tmp_path / "seed.json", 2))
+    node.run(timeout=120)
+    doc = smoke(cloud, node)
+    assert doc["ok"] is True
+    assert {c["check"]: c["result"] for c in doc["checks"]} == dict.fromkeys(
+        ["health", "models", "chat completion", "tool call", "image input", "long prompt",
+         "no key on /v1 refused", "no key on /metrics refused",
+         "no key: encoded variants refused"], "pass")

@@ -13,11 +13,13 @@ the program set; a boot that finds them loads them instead (warm). Then it serve
 - GET/HEAD /health; GET /v1/models (the card with max_model_len); POST /tokenize (the fakes'
   tokenizer, tests/fakes/openai_server.py); GET /metrics (vLLM's Prometheus names);
 - POST /v1/chat/completions, streamed (SSE, one token a chunk, usage last with
-  stream_options.include_usage, then [DONE]) or not. Each request is paced by
-  response_model.cell at the concurrency it finds (requests in flight after a 5 ms gather,
-  so a batch sent at once counts together): first token TTFT after arrival, then one token
-  every TPOT, scaled by `serve_scale`, each x a 1%-cv noise factor. Tokens due together are
-  written together (at most every 2 ms), so the server is not the bottleneck at 64 streams.
+  stream_options.include_usage, then [DONE]) or not (a tool call naming the first tool with
+  {"city": "Paris"}, "The image is red." for an image, else "pong": what smoke checks).
+  Each request is paced by response_model.cell at the concurrency it finds (requests in
+  flight after a 5 ms gather, so a batch sent at once counts together): first token TTFT
+  after arrival, then one token every TPOT, scaled by `serve_scale`, each x a 1%-cv noise
+  factor; a request not told to ignore_eos stops at its answer's end. Tokens due together
+  are written together (at most every 2 ms): the server is not the bottleneck at 64 streams.
 
 Seed file (JSON): {"seed": int, "boot_scale": float, "serve_scale": float, "params": {...}}
 (`params` overrides seeded fields by name, for a test that pins one).
@@ -235,14 +237,31 @@ class SimServer:
             tpot = cell.tpot_ms / 1000 * self.noise() * self.scale
             if body.get("stream"):
                 return await self.stream(w, body, n_prompt, out, first, tpot)
-            await asyncio.sleep(max(0.0, first + (out - 1) * tpot - time.monotonic()))
-            self.generated += out
-            message = {"role": "assistant", "content": "pong", "tool_calls": []}
-            oai._json(w, 200, oai._completion(self.cfg.model, message, "stop", n_prompt, 1))
+            reply = self.answer(body, n_prompt)
+            # It stops at its answer's end unless told to ignore the end of sequence.
+            made = out if body.get("ignore_eos") else reply["usage"]["completion_tokens"]
+            await asyncio.sleep(max(0.0, first + (made - 1) * tpot - time.monotonic()))
+            self.generated += made
+            oai._json(w, 200, reply)
             await w.drain()
             return True
         finally:
             self.in_flight -= 1
+
+    def answer(self, body: dict[str, Any], n_prompt: int) -> dict[str, Any]:
+        """A non-streamed reply, as tests/fakes/openai_server.py answers (what smoke checks):
+        a tool call naming the first tool, an image described, else one word."""
+        tools = body.get("tools") or []
+        if tools and body.get("tool_choice") != "none":
+            call = {"id": "chatcmpl-tool-1", "type": "function",
+                    "function": {"name": tools[0]["function"]["name"],
+                                 "arguments": json.dumps({"city": "Paris"})}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            return oai._completion(self.cfg.model, message, "tool_calls", n_prompt, 12)
+        parts = [p for m in body["messages"] for p in oai._parts(m)]
+        text = "The image is red." if any(oai._is_image(p) for p in parts) else "pong"
+        message = {"role": "assistant", "content": text, "tool_calls": []}
+        return oai._completion(self.cfg.model, message, "stop", n_prompt, len(text.split()))
 
     async def stream(self, w: asyncio.StreamWriter, body: dict[str, Any], n_prompt: int,
                      out: int, first: float, tpot: float) -> bool:
