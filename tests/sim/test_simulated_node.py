@@ -157,3 +157,33 @@ def test_the_booted_simulator_passes_the_projects_smoke(cloud: Cloud, tmp_path: 
         ["health", "models", "chat completion", "tool call", "image input", "long prompt",
          "no key on /v1 refused", "no key on /metrics refused",
          "no key: encoded variants refused"], "pass")
+
+
+def test_a_candidate_that_dies_then_the_last_good_script_boots_warm_again(
+        cloud: Cloud, tmp_path: Path) -> None:
+    """The tuner's safety path, on the boot it relies on: 0.95 patched in dies as SPEC 4 says
+    and the watcher records the failure; the last good script patched back boots again, warm
+    (its compile cache was published to the bucket by the first boot)."""
+    node = sim_node(cloud, write_seed(tmp_path / "seed.json", 0))
+    good = node.script.read_text()
+    cloud.metadata.set_attribute("startup-script", good)
+    node.run(timeout=120)
+    assert node.attrs()["cache_publish"].startswith("published")
+    wait_for(lambda: _reconverge(cloud), "the watcher's first record", timeout=60)
+    bad = candidate(node.deployment, gpu_memory_utilization=0.95,
+                    allow_untested_gpu_memory_utilization=True)
+    since = time.time()
+    cloud.metadata.set_attribute("startup-script",
+                                 render_startup(bad, backend_port=cloud.backend_port))
+    wait_for(lambda: any(v.startswith(("applied", "failed")) for v in _reconverge(cloud, since)),
+             "the candidate's boot", timeout=90)
+    assert _reconverge(cloud, since)[-1].startswith("failed")
+    assert "RuntimeProgramAllocationFailure" in node.attrs()["state"]
+    since = time.time()
+    cloud.metadata.set_attribute("startup-script", good)
+    wait_for(lambda: any(v.startswith(("applied", "failed")) for v in _reconverge(cloud, since)),
+             "the last good script's boot", timeout=90)
+    assert _reconverge(cloud, since)[-1].startswith("applied")
+    attrs = node.attrs()
+    assert attrs["state"] == "ready" and attrs["health"] == "ok"
+    assert "compiled programs from the cache" in vllm_log(node)
