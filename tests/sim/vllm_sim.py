@@ -15,11 +15,12 @@ the program set; a boot that finds them loads them instead (warm). Then it serve
 - POST /v1/chat/completions, streamed (SSE, one token a chunk, usage last with
   stream_options.include_usage, then [DONE]) or not (a tool call naming the first tool with
   {"city": "Paris"}, "The image is red." for an image, else "pong": what smoke checks).
-  Each request is paced by response_model.cell at the concurrency it finds (requests in
-  flight after a 5 ms gather, so a batch sent at once counts together): first token TTFT
-  after arrival, then one token every TPOT, scaled by `serve_scale`, each x a 1%-cv noise
-  factor; a request not told to ignore_eos stops at its answer's end. Tokens due together
-  are written together (at most every 2 ms): the server is not the bottleneck at 64 streams.
+  Each request is paced by response_model.cell at the concurrency it finds (the most
+  requests in flight between its arrival and its first token, so a burst arriving over
+  some milliseconds counts whole): first token TTFT after arrival, then one token every
+  TPOT, scaled by `serve_scale`, each x a 1%-cv noise factor; a request not told to
+  ignore_eos stops at its answer's end. Tokens due together are written together (at most
+  every 2 ms): the server is not the bottleneck at 64 streams.
 
 Seed file (JSON): {"seed": int, "boot_scale": float, "serve_scale": float, "params": {...}}
 (`params` overrides seeded fields by name, for a test that pins one).
@@ -45,7 +46,6 @@ if str(ROOT) not in sys.path:
 from tests.fakes import openai_server as oai  # noqa: E402 - after sys.path
 from tests.sim import response_model as rm  # noqa: E402
 
-GATHER_S = 0.005
 MIN_WRITE_GAP_S = 0.002
 CACHE_FILES = 6
 
@@ -157,6 +157,7 @@ class SimServer:
         self.generated = 0
         self.prompted = 0
         self.rng = random.Random(params.seed * 1_000_003 + 17)
+        self._arrival = asyncio.Event()  # set (and replaced) at every chat request's arrival
 
     def noise(self) -> float:
         return max(0.5, self.rng.gauss(1.0, rm.NOISE_CV))
@@ -230,11 +231,10 @@ class SimServer:
             return True
         self.in_flight += 1
         self.prompted += n_prompt
+        woken, self._arrival = self._arrival, asyncio.Event()
+        woken.set()  # the requests waiting for their first token count this one
         try:
-            await asyncio.sleep(GATHER_S)
-            cell = rm.cell(self.cfg, self.params, n_prompt, self.in_flight, out)
-            first = arrived + cell.ttft_ms / 1000 * self.noise() * self.scale
-            tpot = cell.tpot_ms / 1000 * self.noise() * self.scale
+            first, tpot = await self.first_token(arrived, n_prompt, out)
             if body.get("stream"):
                 return await self.stream(w, body, n_prompt, out, first, tpot)
             reply = self.answer(body, n_prompt)
@@ -247,6 +247,24 @@ class SimServer:
             return True
         finally:
             self.in_flight -= 1
+
+    async def first_token(self, arrived: float, n_prompt: int, out: int,
+                          ) -> tuple[float, float]:
+        """Wait until this request's first token is due; its TTFT follows the most requests
+        in flight since it arrived (a burst that arrives over some milliseconds counts
+        whole, as its prefills would share the chip), re-read at every arrival. Returns the
+        first token's time and the request's TPOT (wall seconds)."""
+        ttft_noise, tpot_noise = self.noise(), self.noise()
+        peak = 0
+        while True:
+            peak = max(peak, self.in_flight)
+            cell = rm.cell(self.cfg, self.params, n_prompt, peak, out)
+            first = arrived + cell.ttft_ms / 1000 * ttft_noise * self.scale
+            delay = first - time.monotonic()
+            if delay <= 0:
+                return first, cell.tpot_ms / 1000 * tpot_noise * self.scale
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrival.wait(), delay)
 
     def answer(self, body: dict[str, Any], n_prompt: int) -> dict[str, Any]:
         """A non-streamed reply, as tests/fakes/openai_server.py answers (what smoke checks):
