@@ -192,3 +192,13 @@ def test_the_docs_optima_table_is_the_models() -> None:
             str(best.max_num_batched_tokens), f"{best.gpu_memory_utilization:g}",
             f"{best.max_num_seqs or 256} seqs", f"gap {best.padding_gap}",
             "speculative" if best.speculative else "no speculative", str(best.max_model_len)]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int8_per_token_head", "nvfp4", "fp8_inc",
+                                   "fp8_ds_mla", "turboquant_4bit_nc"])
+def test_the_kv_dtypes_spec4_saw_refused_or_fatal_stop_the_boot(dtype: str) -> None:
+    b = rm.boot(dataclasses.replace(DEFAULT, kv_cache_dtype=dtype), rm.Params.draw(0),
+                warm=False)
+    assert b.ready_s is None and b.error
+    if dtype == "int8":
+        assert "invalid choice: 'int8'" in b.error
