@@ -12,6 +12,7 @@ import pytest
 
 from tests.render.boot.support import NAMESPACE, Cloud, wait_for
 from tests.sim import response_model as rm
+from tests.sim.link import NodeLink
 from tests.sim.support import (
     bench_cell,
     candidate,
@@ -21,6 +22,7 @@ from tests.sim.support import (
     vllm_log,
     write_seed,
 )
+from tpuserve.gcp.tpu.client import TpuClient
 from tpuserve.render.boot_script import render_startup
 from tpuserve.settings import Deployment
 
@@ -187,3 +189,29 @@ def test_a_candidate_that_dies_then_the_last_good_script_boots_warm_again(
     attrs = node.attrs()
     assert attrs["state"] == "ready" and attrs["health"] == "ok"
     assert "compiled programs from the cache" in vllm_log(node)
+
+
+def test_a_candidate_patched_through_the_tpu_api_boots_and_its_phases_read_back(
+        cloud: Cloud, tmp_path: Path) -> None:
+    """The tuner's path end to end on the fakes: the product's own TPU client patches the
+    node's metadata (nodes.patch), the node's watcher boots the simulator with the new flags,
+    and the same client reads the boot's phases back as guest attributes."""
+    node = sim_node(cloud, write_seed(tmp_path / "seed.json", 1))
+    with NodeLink(cloud, node) as link:
+        node.run(timeout=120)
+        wait_for(lambda: _reconverge(cloud), "the watcher's first record", timeout=60)
+        client = TpuClient(environ=cloud.tpu.environ())
+        meta = client.node_metadata(link.name)
+        assert meta is not None and meta["startup-script"] == node.script.read_text()
+        new = _tuned(node.deployment)
+        since = time.time()
+        client.update_node_metadata(link.name, {
+            **meta, "startup-script": render_startup(new, backend_port=cloud.backend_port)})
+        wait_for(lambda: any(v.startswith(("applied", "failed"))
+                             for v in _reconverge(cloud, since)),
+                 "the candidate's boot", timeout=90)
+        link.sync()
+        attrs = client.guest_attributes(node.deployment, NAMESPACE)
+    assert attrs["reconverge"].split(" ")[1] == "applied"
+    assert attrs["health"].endswith(" ok") and attrs["state"].endswith(" ready")
+    assert "block_size=128" in vllm_log(node)
