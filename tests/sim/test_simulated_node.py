@@ -5,6 +5,7 @@ API-key proxy in front, and the project's own `tpuserve bench` measuring it."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -73,6 +74,12 @@ def test_the_booted_simulator_answers_the_projects_bench_as_the_model_predicts(
         assert f"num_blocks={rm.kv_blocks(cfg)} | block_size=128" in log
         assert f"Compiling {int(rm.programs(cfg))} XLA programs" in log
         assert int(rm.programs(cfg)) == 67 * 6  # 16..128, then steps of 128 to 8192
+        # ... and NUM_PRECOMPILE_WORKERS=4 (-e on the container) set the compile time.
+        assert cfg.precompile_workers == 4
+        compiled = rm.compile_s(cfg, rm.Params.draw(seed))
+        assert compiled != rm.compile_s(dataclasses.replace(cfg, precompile_workers=1),
+                                        rm.Params.draw(seed))
+        assert f"Compilation finished in {compiled:.1f} s (simulated)" in log
 
 
 def test_a_candidate_compiling_past_the_readiness_budget_fails_the_boot(
