@@ -19,12 +19,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tpuserve import kinds
 from tpuserve.accelerators import ACCELERATORS
 from tpuserve.prices.price import Price
 
 SNAPSHOT = Path(__file__).with_name("snapshot.json")
 FILE_FORMAT = "tpuserve-prices/1"
-MODELS = ("spot", "flex", "ondemand")  # the provisioning models a chip-hour is priced under
+MODELS = kinds.PRICE_KEYS  # the provisioning models a chip-hour is priced under
+# The snapshot's two price columns (the source's Price and SpotPrice), by the kinds' keys.
+_COLUMNS = (kinds.ONDEMAND.price_key, kinds.SPOT.price_key)
 # The bound of [pricing] too: SPEC 2's prices are 0.58-1.20; 100 catches a price per month.
 MAX_USD_PER_CHIP_HOUR = 100.0
 _REGION = re.compile(r"[a-z]+(?:-[a-z]+)+\d{1,2}")
@@ -37,6 +40,10 @@ Table = Mapping[Key, Price]
 class PriceFileError(ValueError):
     """A price file that cannot be read or that does not say what it claims (one line)."""
 
+    def __init__(self, path: Path, where: str, why: str) -> None:
+        self.path, self.where, self.why = path, where, why
+        super().__init__(f"price file {str(path)[:200]!r}: {where}: {why}")
+
 
 def region_of(zone: str) -> str:
     """A zone's region (`us-west4-a` -> `us-west4`): the Catalog prices per region."""
@@ -44,7 +51,7 @@ def region_of(zone: str) -> str:
 
 
 def _fail(path: Path, where: str, why: str) -> PriceFileError:
-    return PriceFileError(f"price file {str(path)[:200]!r}: {where}: {why}")
+    return PriceFileError(path, where, why)
 
 
 def _usd(path: Path, where: str, value: object) -> float:
@@ -100,7 +107,7 @@ def snapshot() -> Table:
 def load_snapshot(path: Path) -> Table:
     data = _read_json(path)
     if data.get("unit") != "usd_per_slice_hour" or data.get("columns") != [
-            "accelerator_type", "region", "ondemand", "spot"]:
+            "accelerator_type", "region", *_COLUMNS]:
         raise _fail(path, "unit/columns", "not the snapshot layout (usd_per_slice_hour; "
                     "accelerator_type, region, ondemand, spot)")
     read_at = _date(path, "read_at", data.get("read_at")).isoformat()
@@ -124,7 +131,7 @@ def load_snapshot(path: Path) -> Table:
         if not isinstance(row, list) or len(row) != 4:
             raise _fail(path, where, "not [accelerator_type, region, ondemand, spot]")
         accel, region, *slice_prices = row
-        for model, per_slice in zip(("ondemand", "spot"), slice_prices, strict=True):
+        for model, per_slice in zip(_COLUMNS, slice_prices, strict=True):
             key = _key(path, where, accel, region, model)
             if per_slice is None or key in table:  # no price there; or measured stands
                 continue
@@ -147,16 +154,26 @@ def _list(path: Path, data: Mapping[str, Any], field: str) -> list[Any]:
 
 # ------------------------------------------------------------------- the refreshed Catalog file
 def default_catalog_file(environ: Mapping[str, str] | None = None) -> Path:
-    """Where `tpuserve prices refresh` writes and synth reads unless [pricing] catalog_file."""
+    """Where `tpuserve prices refresh` writes and synth reads unless [pricing] catalog_file:
+    ~/.cache/tpuserve/prices.json ($XDG_CACHE_HOME/tpuserve/prices.json where that is set:
+    the XDG base directory rule, which also lets tests keep a developer's file out)."""
     env = os.environ if environ is None else environ
+    xdg = env.get("XDG_CACHE_HOME", "")
+    if xdg and Path(xdg).is_absolute():  # the spec ignores a relative one
+        return Path(xdg) / "tpuserve" / "prices.json"
     home = Path(env["HOME"]) if env.get("HOME") else Path.home()
     return home / ".cache" / "tpuserve" / "prices.json"
 
 
 def catalog_read_at(path: Path) -> dt.datetime:
     """When the file's prices were read from the Catalog (UTC)."""
-    value = _read_json(path).get("read_at")
-    return _read_at(path, value)
+    return _load_catalog(path, *_stamp(path))[0]
+
+
+def load_catalog(path: Path) -> Table:
+    """The prices of a refreshed file, each `catalog <date>` with its SKU (read again only
+    when the file changes)."""
+    return _load_catalog(path, *_stamp(path))[1]
 
 
 def _read_at(path: Path, value: object) -> dt.datetime:
@@ -170,12 +187,6 @@ def _read_at(path: Path, value: object) -> dt.datetime:
     return when.astimezone(dt.UTC)
 
 
-def load_catalog(path: Path) -> Table:
-    """The prices of a refreshed file, each `catalog <date>` with its SKU (read again only
-    when the file changes)."""
-    return _load_catalog(path, *_stamp(path))
-
-
 def _stamp(path: Path) -> tuple[int, int]:
     try:
         st = path.stat()
@@ -185,12 +196,13 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_catalog(path: Path, _mtime: int, _size: int) -> Table:
+def _load_catalog(path: Path, _mtime: int, _size: int) -> tuple[dt.datetime, Table]:
     data = _read_json(path)
     if data.get("format") != FILE_FORMAT:
         raise _fail(path, "format", f"{str(data.get('format'))[:40]!r} is not {FILE_FORMAT!r} "
                     "(write it with `tpuserve prices refresh`)")
-    read_at = _read_at(path, data.get("read_at")).date().isoformat()
+    when = _read_at(path, data.get("read_at"))
+    read_at = when.date().isoformat()
     source = f"catalog {read_at}"
     table: dict[Key, Price] = {}
     entries = _list(path, data, "prices")
@@ -209,7 +221,7 @@ def _load_catalog(path: Path, _mtime: int, _size: int) -> Table:
             raise _fail(path, where, f"a second price for {' '.join(key)}")
         table[key] = Price(_usd(path, where, entry.get("usd_per_chip_hour")), source,
                            read_at, sku)
-    return table
+    return when, table
 
 
 def write_catalog(path: Path, prices: Iterable[tuple[Key, float, str]], *, read_at: dt.datetime,
