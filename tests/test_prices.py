@@ -86,9 +86,9 @@ def test_a_refreshed_file_stands_over_the_snapshot_while_young(tmp_path: Path) -
     ('{"format": "tpuserve-prices/1", "read_at": "2026-12-01T00:00:00Z", "prices": []}',
      "empty: proves nothing"),
     ('{"format": "tpuserve-prices/1", "read_at": "yesterday", "prices": []}', "not a UTC time"),
-    ('{"format": "tpuserve-prices/1", "read_at": "2026-12-01T00:00:00Z", "prices": '
-     '[{"accelerator_type": "v5litepod-1", "region": "us-west4", "provisioning_model": "spot",'
-     ' "usd_per_chip_hour": 0.5, "sku": "x"}]}', "not a Cloud Billing SKU id"),
+    (('{"format": "tpuserve-prices/1", "read_at": "2026-12-01T00:00:00Z", "prices": '
+      '[{"accelerator_type": "v5litepod-1", "region": "us-west4", "provisioning_model": "spot",'
+      ' "usd_per_chip_hour": 0.5, "sku": "x"}]}'), "not a Cloud Billing SKU id"),
 ])
 def test_a_malformed_refreshed_file_is_refused(tmp_path: Path, text: str, why: str) -> None:
     (path := tmp_path / "p.json").write_text(text)
@@ -145,7 +145,7 @@ def test_the_default_cache_file_is_read_and_a_broken_one_refused(tmp_path: Path,
 
 def test_a_named_catalog_file_that_is_missing_is_refused(tmp_path: Path) -> None:
     env = _user(tmp_path, '[pricing]\ncatalog_file = "missing.json"\n')
-    with pytest.raises(ConfigError, match="pricing.catalog_file = .*missing.json.*cannot be"):
+    with pytest.raises(ConfigError, match=r"pricing\.catalog_file = .*missing\.json.*cannot be"):
         load(env)
 
 

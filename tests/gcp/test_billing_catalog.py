@@ -139,7 +139,7 @@ def test_a_malformed_tpu_sku_is_refused_naming_it_and_the_field(fake, tmp_path, 
 def test_two_skus_disagreeing_on_one_price_are_refused(fake, tmp_path) -> None:
     other = tpu_sku("AB12-CD34-FFFF", "TpuV5e Chip-hour", ["us-west4"], 1.3)
     fake.services[COMPUTE] = [V5E_OD, other]
-    with pytest.raises(SkuRefused, match="SKU AB12-CD34-EF56 at 1.2"):
+    with pytest.raises(SkuRefused, match=r"SKU AB12-CD34-EF56 at 1\.2"):
         _refresh(fake, tmp_path / "p.json")
 
 
@@ -172,3 +172,15 @@ def test_the_fake_takes_only_documented_parameters(fake) -> None:
     assert requests.get(url, params={"pageSize": "two"}, headers=headers,
                         timeout=5).status_code == 400
     assert requests.get(url, headers={}, timeout=5).status_code == 401
+
+
+def test_the_fakes_answers_are_held_to_the_document(fake) -> None:
+    from tests.fakes.discovery import Discovery
+
+    doc = Discovery.load("cloudbilling", "v1")
+    before = len(doc.violations)
+    fake.services[COMPUTE] = [{**V5E_OD, "colour": "red"}]  # a field Sku does not have
+    answer = requests.get(f"{fake.endpoint}v1/services/{COMPUTE}/skus",
+                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
+    assert answer.status_code == 500 and "refused by the discovery document" in answer.text
+    del doc.violations[before:]  # provoked here on purpose: the suite's check stays clean
