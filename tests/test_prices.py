@@ -161,3 +161,16 @@ def test_synth_names_a_cheaper_region_with_both_sources() -> None:
 def test_no_cheaper_region_where_the_zone_is_the_cheapest(tmp_path: Path) -> None:
     env = _user(tmp_path, '[gcp]\nzone = "us-central1-a"\n[stacks.flex]\nenabled = false\n')
     assert not [w for w in load(env).warnings if w.startswith("[spot] pricing.spot:")]
+
+
+def test_a_refreshed_file_from_the_future_is_refused(tmp_path: Path) -> None:
+    path = _catalog(tmp_path / "p.json", ("v5litepod-1", "us-west4", "spot", 0.5), age_days=-3)
+    with pytest.raises(PriceFileError, match="in the future"):
+        price_of("v5litepod-1", "us-west4", "spot", catalog_file=path, now=NOW)
+
+
+def test_a_stale_file_is_named_at_synth(tmp_path: Path) -> None:
+    _catalog(tmp_path / "p.json", ("v5litepod-1", "us-west4", "spot", 0.5), age_days=45)
+    env = _user(tmp_path, '[pricing]\ncatalog_file = "p.json"\n')
+    stale = [w for w in load(env).warnings if "days ago (over 30): not used" in w]
+    assert len(stale) == 4 and stale[0].startswith("[spot] pricing.catalog_file = ")

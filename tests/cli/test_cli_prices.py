@@ -61,3 +61,12 @@ def test_permission_denied_is_one_line(fake) -> None:
     result = invoke("prices", "refresh", "--json")
     assert_one_line_error(result, "403")
     assert json.loads(result.stdout)["ok"] is False
+
+
+def test_refresh_mends_a_broken_cache_file_that_stops_synth(fake, tmp_path) -> None:
+    cache = tmp_path / "cache" / "tpuserve" / "prices.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("{")  # every deployment is refused while it is there
+    assert invoke("plan").exit_code == 2
+    assert invoke("prices", "refresh").exit_code == 0  # reads no deployment to find its path
+    assert load({}).deployments["spot"].usd_per_hour == 0.5

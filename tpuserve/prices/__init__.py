@@ -56,8 +56,8 @@ def catalog_age_days(catalog_file: Path | None = None, *,
         return None
     age = (_now(now) - catalog_read_at(path)).total_seconds() / 86400
     if age < -1:  # a clock a little off is not a future file; a day is
-        raise PriceFileError(f"price file {str(path)[:200]!r}: read_at: in the future "
-                             f"({-age:.1f} days ahead of this machine's clock)")
+        raise PriceFileError(path, "read_at", f"in the future ({-age:.1f} days ahead of "
+                             "this machine's clock)")
     return age
 
 
