@@ -184,3 +184,24 @@ def test_the_fakes_answers_are_held_to_the_document(fake) -> None:
                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
     assert answer.status_code == 500 and "refused by the discovery document" in answer.text
     del doc.violations[before:]  # provoked here on purpose: the suite's check stays clean
+
+
+def test_a_catalog_that_does_not_answer_is_cut_by_the_deadline(fake, tmp_path) -> None:
+    import threading
+
+    from werkzeug import Response
+
+    release = threading.Event()
+
+    def stall() -> Response:
+        release.wait(10)  # answers only once the test is done
+        return Response("{}", 200, mimetype="application/json")
+
+    fake.faults.add(lambda r: True, stall, times=10)
+    try:
+        with pytest.raises(ApiError) as err:
+            _refresh(fake, tmp_path / "p.json", deadline_s=1.0)
+    finally:
+        release.set()
+    assert err.value.status == "DEADLINE_EXCEEDED" and "--timeout" in str(err.value)
+    assert not (tmp_path / "p.json").exists()

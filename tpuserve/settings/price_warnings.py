@@ -35,5 +35,5 @@ def cheaper_elsewhere(d: Deployment) -> list[str]:
             f"({there.source}) against ${here.usd_per_chip_hour:.4f} here in {d.region} "
             f"({here.source}); a base is regional, so a second deployment (its own config file "
             f"with its own gcp.deployment, and the zone {zones[region]}) puts a stack there "
-            "(README 'A stack in another region')")
+            "(README, 'Prices and another region')")
     return out
