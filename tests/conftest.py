@@ -22,6 +22,11 @@ import pytest
 from tests.cli_support import cli_env, fake_oai, fake_tpu  # noqa: F401
 from tpuserve.settings import Deployment, load
 
+# The refreshed Catalog file synth reads by default ($XDG_CACHE_HOME/tpuserve/prices.json,
+# else ~/.cache/...): an empty cache of the session's own, so no developer's file moves a price
+# (set before any test runs, so every subprocess inherits it).
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tpuserve-test-cache-")
+
 
 @pytest.fixture(scope="session")
 def deployments() -> dict[str, Deployment]:

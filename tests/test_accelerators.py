@@ -167,13 +167,18 @@ def test_another_models_kv_replication_is_derived_from_its_geometry(tmp_path: Pa
     assert not any("the model has 1 KV head" in w for w in spot)
 
 
-def test_a_v5e_price_on_another_chip_is_warned_until_set(tmp_path: Path) -> None:
-    # SPEC 2's $/chip-hour are v5e's: on v6e, a price left at its default is named as wrong.
+def test_another_chip_is_priced_by_the_book_and_a_price_no_source_names_is_warned(
+        tmp_path: Path) -> None:
+    # v6e-1 in us-east5: spot and on-demand from the shipped snapshot (per chip), flex from no
+    # source: [pricing]'s SPEC 2 figure stands in for it, and synth says so.
     loaded = _load(tmp_path, '[gcp]\nzone = "us-east5-a"\n[tpu]\naccelerator_type = "v6e-1"\n')
-    (line,) = [w for w in loaded.warnings if w.startswith("[spot] pricing.spot = 0.5779:")]
-    assert "not v6e's" in line and "[pricing] spot is set" in line
-    assert [w for w in loaded.warnings if w.startswith("[fleet] pricing.flex = 0.6:")]
+    spot = loaded.deployments["spot"]
+    assert (spot.usd_per_hour, spot.price.source.split()[0]) == (1.35, "snapshot")
+    assert not [w for w in loaded.warnings if w.startswith("[spot] pricing.spot = ")]
+    (line,) = [w for w in loaded.warnings if w.startswith("[flex] pricing.flex = 0.6:")]
+    assert "no source prices v6e-1 flex in us-east5" in line and "[pricing] flex" in line
     priced = _load(tmp_path, '[gcp]\nzone = "us-east5-a"\n[tpu]\naccelerator_type = "v6e-1"\n'
                              '[pricing]\nspot = 1.2\nflex = 1.3\nondemand = 2.7\n')
-    assert not [w for w in priced.warnings if "pricing." in w]
-    assert not [w for w in _load(tmp_path, "").warnings if "pricing." in w]  # v5e: SPEC 2's
+    assert not [w for w in priced.warnings if "no source prices" in w]
+    assert priced.deployments["flex"].price.source == "pricing setting"
+    assert not [w for w in _load(tmp_path, "").warnings if "no source prices" in w]

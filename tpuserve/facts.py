@@ -56,8 +56,11 @@ MACHINE_USD_PER_HOUR: Mapping[str, float] = {"e2-standard-4": 0.150924}
 # SPEC 7: "24/7 for a month (730 h)".
 HOURS_PER_MONTH = 730.0
 
-# SPEC 2: $/chip-hour in us-west4 (Cloud Billing Catalog, measured). The first three are the
-# provisioning models' defaults ([pricing] overrides them); the commitments are for the planner.
+# SPEC 2: $/chip-hour of Cloud TPU v5e in us-west4 (Cloud Billing Catalog, measured): the last
+# source tpuserve.prices reads (after [pricing] set by the user, the refreshed Catalog file and
+# the shipped snapshot, which keeps these for v5litepod-1 in us-west4). The first three are
+# [pricing]'s defaults, which stand in (warned) where no source prices a stack; the
+# commitments are the planner's.
 PRICES_USD_PER_CHIP_HOUR: Mapping[str, float] = {
     "spot": 0.5779,
     "flex": 0.6000,

@@ -63,9 +63,11 @@ def test_a_relative_geometry_in_a_stack_table_is_anchored_too(tmp_path: Path) ->
 def test_the_default_config_loads_quietly_with_its_base() -> None:
     loaded = load({})
     # The stacks used to warn that each created the deployment's network: the base holds it.
-    # Only the fleet warns: its placeholder image digest and its Gateway without a domain.
+    # The fleet warns of its placeholder image digest and its Gateway without a domain; spot
+    # and the fleet's spot pool, that spot v5e costs less in another region (tpuserve/prices).
     assert [w.split(" ", 2)[:2] for w in loaded.warnings] == [
-        ["[fleet]", "vllm.image"], ["[fleet]", "fleet.domain"]]
+        ["[spot]", "pricing.spot:"], ["[fleet]", "vllm.image"], ["[fleet]", "fleet.domain"],
+        ["[fleet]", "pricing.spot:"]]
     assert loaded.base is not None and loaded.base.deployment == "tpuserve"
     assert {d.base for d in loaded.deployments.values()} == {loaded.base}
 

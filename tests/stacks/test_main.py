@@ -49,7 +49,10 @@ def test_warnings_are_printed_and_synth_proceeds(tmp_path, monkeypatch, capsys) 
     assert run_main(tmp_path, monkeypatch, '[vllm]\nkv_cache_dtype = "fp8"\n') == 0
     err = capsys.readouterr().err
     assert err.count("1.000x") == 4  # each of spot, ondemand, flex and fleet
-    assert err.count("warning: [") == 4 + 2  # and the fleet's digest and domain
+    # and the fleet's digest and domain, and spot v5e cheaper in another region (the spot
+    # stack's and the fleet's spot pool's)
+    assert err.count("warning: [") == 4 + 2 + 2
+    assert err.count("pricing.spot: v5litepod-1 spot costs") == 2
     assert sorted(p.name for p in (tmp_path / "cdktf.out" / "stacks").iterdir()) == [
         "base", "fleet", "flex", "ondemand", "spot"]
 

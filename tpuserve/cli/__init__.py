@@ -52,6 +52,9 @@ COMMANDS: dict[str, _Entry] = {
                       "--auto-approve`"),
     "plan": _Entry("plan", "HBM budget, KV cache, blocks, KV wall, decode floor and $/M output "
                    "tokens (SPEC 5-7)."),
+    "prices": _Entry("prices", "Cloud TPU prices per region and provisioning model, each "
+                     "with its source: `refresh` reads today's from the Cloud Billing Catalog "
+                     "API"),
     "review": _Entry("review", "Synthesize BASE and HEAD offline and report, per stack, the "
                      "Terraform resources added, removed and changed"),
 }

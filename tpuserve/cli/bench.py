@@ -45,14 +45,15 @@ def _ints(option: str, text: str) -> tuple[int, ...]:
 
 
 def prices(d: Deployment | None) -> dict[str, float]:
-    """$/hour of the whole slice per provisioning model, from the config's pricing (SPEC 2)."""
+    """$/hour of the whole slice per provisioning model: the deployment's prices for its chip in
+    its region ([pricing] set, else tpuserve/prices)."""
     if d is None:
         found = common.deployments()
         d = next(iter(found.values()), None)
     if d is None:
         return {}
     chips = d.tpu.chips
-    return {m: getattr(d.pricing, m) * chips for m in type(d.pricing).model_fields}
+    return {m: usd * chips for m, usd in d.chip_prices().items()}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -34,6 +34,8 @@ def api_root(service: str, default: str, environ: Mapping[str, str] | None = Non
 # as the boot script's lib.sh reads it); STORAGE_API above is the bare host.
 STORAGE_JSON_API = "https://storage.googleapis.com/storage/v1/"
 IAM_API = "https://iam.googleapis.com/"  # override: CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM
+# The Cloud Billing Catalog API (services.skus.list); override: ..._OVERRIDES_CLOUDBILLING.
+CLOUDBILLING_API = "https://cloudbilling.googleapis.com/"
 
 # A Private Service Connect endpoint for Google APIs is named SERVICE-ENDPOINT.p.googleapis.com
 # (cloud.google.com/vpc/docs/about-accessing-google-apis-endpoints): lowercase DNS labels, then

@@ -273,7 +273,7 @@ def fleet_plan(
 def fleet_for(d: Deployment, plan: Plan) -> FleetPlan:
     """`fleet_plan` with the deployment's [fleet] and [pricing] (the fleet stack only)."""
     f = d.fleet
-    prices = {**PRICES_USD_PER_CHIP_HOUR, **d.pricing.model_dump()}
+    prices = {**PRICES_USD_PER_CHIP_HOUR, **d.chip_prices()}  # the book: this chip, region
     return fleet_plan(plan, min_replicas=f.min_replicas, max_replicas=f.max_replicas,
                       provisioning=f.provisioning, prices=prices,
                       system_machine_type=f.system_machine_type,

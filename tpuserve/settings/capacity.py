@@ -57,7 +57,7 @@ def plan_for(
     inputs = model_inputs(d)
     if inputs.problems or inputs.geometry_path is None or inputs.weights_bytes is None:
         raise ValueError("; ".join(inputs.problems) or "no geometry or weights figure")
-    prices = {**DEFAULT_PRICES_USD_PER_CHIP_HOUR, **d.pricing.model_dump()}
+    prices = {**DEFAULT_PRICES_USD_PER_CHIP_HOUR, **d.chip_prices()}
     kwargs: dict[str, object] = {
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "kv_cache_memory_bytes": v.kv_cache_memory_bytes,

@@ -15,6 +15,7 @@ from pydantic import (
 
 from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
 from tpuserve.kinds import KINDS, STACK_NAMES, Kind, words
+from tpuserve.prices import SETTING_SOURCE, Price, PriceFileError, price_of, region_of
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.accelerator_rules import settled_vllm
 from tpuserve.settings.base import StrictModel, spec_error
@@ -124,6 +125,23 @@ class Deployment(StrictModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _price_file_reads(self) -> Deployment:
+        # A price file that is named (or present at the default path) and malformed proves
+        # nothing: refused here, one line, before anything is deployed; never skipped.
+        if self.kind.on_gke and self.fleet is None:
+            return self
+        try:
+            for model in self.price_keys:
+                self.book_price(model)
+        except PriceFileError as exc:
+            named = self.pricing.catalog_file is not None
+            raise ValueError(
+                f"pricing.catalog_file = {str(exc.path)[:200]!r}"
+                f"{'' if named else ' (unset: the default path)'}: {exc.where}: {exc.why}; "
+                "rewrite it with `tpuserve prices refresh` or remove it") from None
+        return self
+
     @model_validator(mode="wrap")
     @classmethod
     def _fleet_section_is_the_fleets(cls, data: object, handler: Any) -> Deployment:
@@ -204,12 +222,46 @@ class Deployment(StrictModel):
     @property
     def usd_per_hour(self) -> float:
         """$/hour of one server: for the fleet, one replica in its first-choice pool."""
-        return getattr(self.pricing, self.price_key) * self.tpu.chips
+        return self.price.usd_per_chip_hour * self.tpu.chips
 
     @property
     def price_key(self) -> str:
         """The [pricing] key of one server: the kind's, or the fleet's first-choice pool's."""
         return self.kind.price_key or self.fleet.provisioning[0]
+
+    @property
+    def price_keys(self) -> tuple[str, ...]:
+        """Every provisioning model this stack bills under (the fleet: each pool's)."""
+        return (self.kind.price_key,) if self.kind.price_key else tuple(self.fleet.provisioning)
+
+    @property
+    def region(self) -> str:
+        return region_of(self.gcp.zone)
+
+    @property
+    def price(self) -> Price:
+        """One chip-hour of one server (the price_key's): see price_for."""
+        return self.price_for(self.price_key)
+
+    def book_price(self, model: str) -> Price | None:
+        """What tpuserve/prices says a chip-hour of this accelerator costs in this region under
+        MODEL (refreshed file, snapshot, SPEC 2); None where no source names a price."""
+        return price_of(self.tpu.accelerator_type, self.region, model,
+                        catalog_file=self.pricing.catalog_path)
+
+    def price_for(self, model: str) -> Price:
+        """A [pricing] key the user set; else the book's price for this accelerator in this
+        region; else (no source prices it) [pricing]'s default, SPEC 2's v5e us-west4 figure,
+        which synth warns about (settings/warnings.py): a stack is still synthesized and its
+        guard still bounds it, its price said to be a stand-in."""
+        if model in self.pricing.model_fields_set:
+            return Price(getattr(self.pricing, model), SETTING_SOURCE, "")
+        return self.book_price(model) or Price(getattr(self.pricing, model), "SPEC 2", "")
+
+    def chip_prices(self) -> dict[str, float]:
+        """$/chip-hour per priced provisioning model, as price_for answers (the planner's)."""
+        return {m: self.price_for(m).usd_per_chip_hour
+                for m in type(self.pricing).model_fields if m != "catalog_file"}
 
     @property
     def labels(self) -> dict[str, str]:

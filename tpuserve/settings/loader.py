@@ -27,6 +27,7 @@ from tpuserve.settings.base import ConfigError
 from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.price_warnings import cheaper_elsewhere
 from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
 from tpuserve.settings.stack import STACK_SWITCH, StackKeys
 from tpuserve.settings.string_rules import shown
@@ -125,8 +126,9 @@ def not_applicable(raw: Mapping[str, Any], d: Deployment) -> list[str]:
 
 
 def all_warnings(d: Deployment) -> list[str]:
-    """One stack's soft rules: its settings' own, then the planner's."""
-    return deployment_warnings(d) + capacity_warnings(d)
+    """One stack's soft rules: its settings' own, then the planner's (capacity, then a
+    cheaper region for its accelerator and provisioning model)."""
+    return deployment_warnings(d) + capacity_warnings(d) + cheaper_elsewhere(d)
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,17 +181,19 @@ def config_files(value: str) -> list[tuple[Path, str]]:
 
 
 def _anchor_geometry(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """A relative capacity.model_geometry or weights_index in the user's file names a file beside
-    that file, not one in this checkout's config/ (the default config's names are against it)."""
+    """A relative capacity.model_geometry, weights_index or pricing.catalog_file in the user's
+    file names a file beside that file, not one in this checkout's config/ (the default
+    config's names are against it)."""
     stacks = raw.get("stacks")
     tables = [raw, *(t for t in stacks.values() if isinstance(t, dict))] \
         if isinstance(stacks, dict) else [raw]
     for table in tables:
-        capacity = table.get("capacity")
-        for key in ("model_geometry", "weights_index"):
-            name = capacity.get(key) if isinstance(capacity, dict) else None
+        for section, key in (("capacity", "model_geometry"), ("capacity", "weights_index"),
+                             ("pricing", "catalog_file")):
+            values = table.get(section)
+            name = values.get(key) if isinstance(values, dict) else None
             if isinstance(name, str) and name and not Path(name).is_absolute():
-                capacity[key] = str(base.resolve() / name)
+                values[key] = str(base.resolve() / name)  # type: ignore[index]
     return raw
 
 

@@ -215,12 +215,36 @@ Price = Annotated[float, Field(gt=0, le=MAX_USD_PER_CHIP_HOUR)]
 
 
 class _Prices(StrictModel):
-    """$/chip-hour: SPEC 2's us-west4 list prices (tpuserve/facts.py) unless [pricing] sets them."""
+    """$/chip-hour of the deployment's accelerator in its region: a key set here stands; else
+    the refreshed Catalog file, the shipped snapshot, then SPEC 2 (tpuserve/prices, docs/
+    prices.md). catalog_file: the file `tpuserve prices refresh` writes, relative to the file
+    that names it; unset, ~/.cache/tpuserve/prices.json where it exists; used while younger
+    than 30 days."""
+
+    # The file `tpuserve prices refresh` writes (relative to the file that names it); unset:
+    # ~/.cache/tpuserve/prices.json where it exists. Used while younger than 30 days.
+    catalog_file: str | None = None
 
     @field_validator("*", mode="before")
     @classmethod
     def _measured_before(cls, v: object, info: ValidationInfo) -> object:
         return measured_rules.enforce(f"pricing.{info.field_name}", v, info.data)
+
+    @field_validator("catalog_file")
+    @classmethod
+    def _catalog_file(cls, v: str | None) -> str | None:
+        return None if v is None else check("pricing.catalog_file", v, rules.GEOMETRY_PATH)
+
+    @property
+    def catalog_path(self) -> Path | None:
+        """catalog_file resolved (the default config's names are relative to config/)."""
+        if self.catalog_file is None:
+            return None
+        return (DEFAULT_CONFIG.parent / self.catalog_file).resolve()
+
+    def set_prices(self) -> dict[str, float]:
+        """The $/chip-hour keys the user set: they stand over every other source."""
+        return {k: getattr(self, k) for k in self.model_fields_set if k in PRICE_KEYS}
 
 
 # One key per priced kind (tpuserve/kinds), in facts.py's order (spot, flex, ondemand: the

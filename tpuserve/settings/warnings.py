@@ -4,24 +4,42 @@ from __future__ import annotations
 
 import ipaddress
 
-from tpuserve.accelerators import V5E
 from tpuserve.facts import HOURS_PER_MONTH
+from tpuserve.prices import CATALOG_MAX_AGE_DAYS, catalog_age_days, default_catalog_file
 from tpuserve.settings import measured_rules
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.fleet import PLACEHOLDER_DIGEST
 from tpuserve.zones import Offer, stack_zones
 
 
-def _price_of_another_chip(d: Deployment) -> list[str]:
-    """SPEC 2's prices are v5e's: on another chip, a price the user did not set is wrong."""
-    family = d.tpu.accelerator.family
-    key = d.kind.price_key or (d.fleet.provisioning[0] if d.fleet is not None else None)
-    if family is V5E or key is None or key in d.pricing.model_fields_set:
+def _unpriced(d: Deployment) -> list[str]:
+    """A provisioning model no source prices for this accelerator in this region: its figures
+    stand on [pricing]'s default, SPEC 2's v5e us-west4 price, until [pricing] sets one. A
+    warning, not a refusal: no public source prices flex-start outside SPEC 2, and a stack
+    that can be deployed is not refused for a missing price (the guard bounds its hours)."""
+    out = []
+    accel = d.tpu.accelerator_type
+    for key in d.price_keys:
+        if key in d.pricing.model_fields_set or d.book_price(key) is not None:
+            continue
+        out.append(
+            f"pricing.{key} = {getattr(d.pricing, key)}: no source prices {accel} {key} in "
+            f"{d.region} (the refreshed Catalog file, the shipped snapshot and SPEC 2 name "
+            f"none); this is SPEC 2's v5e us-west4 figure standing in, so every $/hour and "
+            f"$/M-token figure of the stack is a stand-in until [pricing] {key} is set "
+            f"(or `tpuserve prices refresh` finds a price)")
+    return out
+
+
+def _stale_catalog(d: Deployment) -> list[str]:
+    """A refreshed file past its 30 days is not used: say so, and which prices stand."""
+    age = catalog_age_days(d.pricing.catalog_path)
+    if age is None or age < CATALOG_MAX_AGE_DAYS:
         return []
-    return [(f"pricing.{key} = {getattr(d.pricing, key)}: SPEC 2's $/chip-hour is Cloud TPU "
-             f"v5e's list price (us-west4), not {family.name}'s: every $/hour and $/M-token "
-             f"figure for {d.tpu.accelerator_type} is wrong until [pricing] {key} is set to "
-             f"{family.name}'s list price")]
+    path = d.pricing.catalog_path or default_catalog_file()
+    return [(f"pricing.catalog_file = {str(path)!r}: read from the Catalog {age:.0f} days ago "
+             f"(over {CATALOG_MAX_AGE_DAYS}): not used; the shipped snapshot prices the "
+             "stack until `tpuserve prices refresh` rewrites it")]
 
 
 def deployment_warnings(d: Deployment) -> list[str]:
@@ -44,7 +62,7 @@ def deployment_warnings(d: Deployment) -> list[str]:
             "guard deletes a test node before relying on it, or unset it for "
             "https://tpu.googleapis.com/"
         )
-    out += _price_of_another_chip(d)
+    out += _unpriced(d) + _stale_catalog(d)
     if d.gcp.network is not None and d.gcp.network.rsplit("/", 1)[-1] == "default":
         out.append(
             "gcp.network = 'default': its pre-made rules (default-allow-ssh, -rdp, -icmp from "
