@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tpuserve.accelerators import ACCELERATORS
 from tpuserve.contracts import (
     DATA_RESOURCE,
     NODE_POOL_TYPE,
@@ -73,6 +72,8 @@ def gke_fleet(kind: Kind, stack: str, resources: Mapping[str, Any],
 
 def _replica(machine_type: str | None) -> str:
     """What one replica is: its chip count, read from the pool's machine type."""
+    # Deferred: the registry itself imports only the contracts (tests/test_kinds.py).
+    from tpuserve.accelerators import ACCELERATORS
     chips = next((a.chips for a in ACCELERATORS.values() if a.machine_type == machine_type), None)
     if chips is None:
         return f"{machine_type or 'unknown-machine'}"
