@@ -92,9 +92,14 @@ def decode_table(plan: Plan) -> Table:
     return t
 
 
-def cost_table(plan: Plan) -> Table:
+def cost_table(plan: Plan, mark: str = "", legend: str | None = None) -> Table:
+    """The $/M table; `mark` labels a tok/s column that is not measured, `legend` says why."""
     models = [c.model for c in plan.costs]
-    t = Table("context x clients", "tok/s", *models, title="$ per million output tokens (SPEC 7)")
+    # The mark heads the column (every cell of it is derived alike): a mark in each cell
+    # would widen it past an 80-column terminal and wrap the rows.
+    t = Table("context x clients", f"tok/s {mark}" if mark else "tok/s", *models,
+              title="$ per million output tokens (SPEC 7)", caption=legend,
+              caption_justify="left")
     for i, cell in enumerate(plan.throughput.cells):
         prices = [f"${c.usd_per_million_output_tokens[i][1]:.3f}" for c in plan.costs]
         t.add_row(f"{cell.context:,} x {cell.clients}", f"{cell.output_tokens_per_s:,.1f}", *prices)
@@ -143,14 +148,15 @@ def expected_table(plan: Plan, tok_s_label: str = "measured output tok/s") -> Ta
 
 
 def renderables(plan: Plan, labels: Mapping[str, str] | None = None) -> list[RenderableType]:
-    """The plan's tables; `labels` relabels figures that are not measured (weights, tok_s)."""
+    """The plan's tables; `labels` relabels figures that are not measured (weights, tok_s;
+    tok_s_mark and tok_s_legend mark the $/M table's tok/s column)."""
     labels = labels or {}
     tables = [
         budget_table(plan, labels.get("weights", "weights (measured)")),
         kv_table(plan),
         capacity_table(plan),
         decode_table(plan),
-        cost_table(plan),
+        cost_table(plan, labels.get("tok_s_mark", ""), labels.get("tok_s_legend")),
         rebuild_table(plan),
         expected_table(plan, labels.get("tok_s", "measured output tok/s")),
     ]
