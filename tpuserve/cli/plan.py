@@ -154,7 +154,7 @@ def plan(
             report as plan_report,  # matplotlib and rich: only when they are used
         )
 
-        plan_report.write_png(result, png, provisioning=d.price_key)
+        plan_report.write_png(result, png, provisioning=d.price_key, derived=not tput.measured)
         err_console.print(f"wrote {png}", markup=False)
     if placements:
         _placements(d, table, throughput, json_output)

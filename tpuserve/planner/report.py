@@ -168,8 +168,10 @@ def print_plan(plan: Plan, console: Console, labels: Mapping[str, str] | None = 
         console.print(table)
 
 
-def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) -> None:
-    """HBM budget as a stacked bar, and $/M output tokens against clients per context."""
+def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None,
+              derived: bool = False) -> None:
+    """HBM budget as a stacked bar, and $/M output tokens against clients per context
+    (`derived`: from a derived tok/s table, which the axis says)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on CI or a TPU VM
@@ -181,7 +183,7 @@ def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) 
         raise ValueError(f"no price for provisioning model {model!r}")
     fig, (hbm, usd) = plt.subplots(1, 2, figsize=(10, 4.5), width_ratios=(1, 2.5))
     _hbm_panel(hbm, plan)
-    _usd_panel(usd, plan, cost)
+    _usd_panel(usd, plan, cost, derived)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
@@ -211,7 +213,7 @@ def _hbm_panel(hbm: Any, plan: Plan) -> None:
     hbm.legend(fontsize=8, loc="lower center")
 
 
-def _usd_panel(usd: Any, plan: Plan, cost: ProvisioningCost) -> None:
+def _usd_panel(usd: Any, plan: Plan, cost: ProvisioningCost, derived: bool = False) -> None:
     """$ per million output tokens against concurrent clients, one line per context."""
     for context in plan.throughput.contexts:
         points = sorted(
@@ -225,6 +227,6 @@ def _usd_panel(usd: Any, plan: Plan, cost: ProvisioningCost) -> None:
     usd.set_xticks(clients, [str(c) for c in clients])
     usd.set_yscale("log")
     usd.set_xlabel("concurrent clients")
-    usd.set_ylabel("$ per million output tokens")
+    usd.set_ylabel("$ per million output tokens" + (" (derived tok/s)" if derived else ""))
     usd.set_title(f"{cost.model} at ${cost.usd_per_hour:.4f}/h")
     usd.legend(fontsize=8)
