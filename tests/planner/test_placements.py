@@ -12,13 +12,8 @@ import pytest
 from tpuserve.accelerators import ACCELERATORS
 from tpuserve.facts import PRICES_USD_PER_CHIP_HOUR, GiB
 from tpuserve.planner.arithmetic import SPEC_THROUGHPUT
-from tpuserve.planner.placements import (
-    PRICING_SETTING,
-    Placements,
-    build_placements,
-    spec6_reference,
-    step_bytes,
-)
+from tpuserve.planner.placements import PRICING_SETTING, Placements, build_placements
+from tpuserve.planner.throughput import spec6_reference, step_bytes
 from tpuserve.prices import Price
 from tpuserve.settings import Deployment, load
 

@@ -106,7 +106,8 @@ def test_another_model_marks_its_figures_and_rules_derived(
     derived = {d["name"]: d["source"] for d in spot["derived"]["head"]}
     assert derived["weights_bytes"].startswith("derived from capacity.weights_index")
     assert derived["kv_bytes_per_token"].startswith("derived")  # not masked as a secret
-    assert derived["throughput"].startswith("Gemma 4 E2B's measured SPEC 6 table, not this")
+    assert derived["throughput"].startswith("derived: this model's tok/s on this slice, every "
+                                            "cell scaled from measured SPEC 6")
     assert "hbm" not in derived  # v5e's HBM is measured
     assert "what Gemma 4 E2B's compiled programs took on v5litepod-1" in derived[
         "vllm.gpu_memory_utilization"]

@@ -19,6 +19,7 @@ from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
 from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
+from tpuserve.planner.throughput import PlanThroughput, bench_reference, plan_throughput
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
@@ -135,7 +136,10 @@ def plan(
             emit_json({"ok": False, "errors": exc.problems, "exit_code": EXIT_USAGE})
         raise typer.Exit(EXIT_USAGE) from None
     table = _throughput(throughput)
-    result = plan_for(d, throughput=table)
+    # Measured for the measured pair (or a bench of this deployment), else derived: never
+    # another model's or slice's figures in this one's place (planner/throughput.py).
+    tput = plan_throughput(d, table, _bench_label(throughput))
+    result = plan_for(d, throughput=tput.table)
     for warning in all_warnings(d):
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
@@ -144,37 +148,36 @@ def plan(
     if d.kind.on_gke:
         from tpuserve.planner.fleet_cost import fleet_for  # the fleet's only: not on every start
 
-        fleet = fleet_for(d, result)
+        fleet = fleet_for(d, result, throughput_source=None if tput.measured else tput.source)
     if png is not None:
         from tpuserve.planner import (
             report as plan_report,  # matplotlib and rich: only when they are used
         )
 
-        plan_report.write_png(result, png, provisioning=d.price_key)
+        plan_report.write_png(result, png, provisioning=d.price_key, derived=not tput.measured)
         err_console.print(f"wrote {png}", markup=False)
     if placements:
         _placements(d, table, throughput, json_output)
         return
     # What stays billed after `cdktf destroy STACK`: the deployment's base.
     dormant = dormant_base()
+    sources = {**plan_sources(d), "throughput": tput.source}
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),
                            "base": {"deployment": d.gcp.deployment, **dormant.as_json()},
                            **({} if fleet is None else {"fleet": fleet.as_json()}),
-                           "sources": plan_sources(d)}))
+                           "sources": sources}))
         return
     from tpuserve.planner import report as plan_report
 
     console.print(f"[bold]{stack}[/] ({d.stack.provisioning_model}, {d.tpu.accelerator_type}, "
                   f"{d.vllm.model})")
-    sources = plan_sources(d)
     labels: dict[str, str] = {}
     if not sources["weights_bytes"].startswith("measured"):
         labels["weights"] = ("weights (capacity.weights_gib)" if sources["weights_bytes"]
                              .startswith("capacity.") else "weights (derived: index total_size)")
-    if not sources["throughput"].startswith("measured"):
-        labels["tok_s"] = "Gemma 4 E2B's measured tok/s (not this model's)"
+    labels.update(_throughput_labels(tput))
     plan_report.print_plan(result, console, labels)
     # Only what is not measured: the default deployment's table stays as it was.
     for name, source in sources.items():
@@ -193,15 +196,30 @@ def plan(
         ".", markup=False, soft_wrap=True)
 
 
+def _bench_label(path: Path | None) -> str:
+    return "--throughput" if path is None else f"--throughput {str(path)!r}"
+
+
+def _throughput_labels(tput: PlanThroughput) -> dict[str, str]:
+    """The text table's marks for a derived throughput (none for a measured one)."""
+    if tput.measured:
+        return {}
+    return {"tok_s": "derived output tok/s (d)", "tok_s_mark": "d",
+            "tok_s_legend": ("tok/s d = derived: this model's tok/s on this slice, scaled from "
+                             "measured SPEC 6 (Gemma 4 E2B, v5litepod-1) by bytes per decode "
+                             "step and bandwidth (throughput: below); every $/M figure is "
+                             "computed from it")}
+
+
 def _placements(d: Deployment, table: ThroughputTable | None, path: Path | None,
                 json_output: bool) -> None:
     """`--placements`: every placement ranked (planner/placements.py)."""
     from tpuserve.planner import placement_report
-    from tpuserve.planner.placements import bench_reference, build_placements
+    from tpuserve.planner.placements import build_placements
 
     # A bench of the configured deployment: the measured point is its model on its slice.
     reference = (None if table is None or path is None else
-                 bench_reference(d, table, f"--throughput {str(path)!r}"))
+                 bench_reference(d, table, _bench_label(path)))
     ranked = build_placements(d, reference=reference)
     if json_output:
         emit_json(_finite({"stack": d.name, **ranked.as_json()}))

@@ -55,6 +55,11 @@ ASSUMPTIONS = (
     f"its maximum of {SYSTEM_POOL_MAX_NODES} at max_replicas"),
     "not counted: boot disks, the Gateway's load balancer, egress, logging",
 )
+# ASSUMPTIONS[1] where the plan's table is derived (another model or slice than SPEC 6's).
+DERIVED_REPLICAS = (
+    "N replicas serve N x the derived one-replica tok/s of the same clients-per-replica cell "
+    "(scaled from measured SPEC 6 by bytes per decode step and bandwidth; independent "
+    "servers): load assumed evenly spread by the Gateway")
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,15 @@ class FleetPlan:
     single_node_usd_per_hour: float  # one node of the same chips in the first-choice pool
     peak: ThroughputCell
     hours_per_month: float
+    # None: the plan's table is measured (SPEC 6 or a bench); else how it was derived.
+    throughput_source: str | None = None
+
+    @property
+    def assumptions(self) -> tuple[str, ...]:
+        """ASSUMPTIONS, the throughput one saying derived where the plan's table is."""
+        if self.throughput_source is None:
+            return ASSUMPTIONS
+        return tuple(DERIVED_REPLICAS if a == ASSUMPTIONS[1] else a for a in ASSUMPTIONS)
 
     @property
     def replicas(self) -> Mapping[str, int]:
@@ -147,9 +161,14 @@ class FleetPlan:
         top = self.cell(peak.context, peak.clients)
         single_usd_m = usd_per_million_tokens(self.single_node_usd_per_hour,
                                               peak.output_tokens_per_s)
-        text = (f"choose the fleet when the offered load exceeds one chip's measured peak "
-                f"({peak.output_tokens_per_s:,.1f} tok/s at {peak.context:,} ctx x "
-                f"{peak.clients} clients, SPEC 6)")
+        if self.throughput_source is None:
+            text = (f"choose the fleet when the offered load exceeds one chip's measured peak "
+                    f"({peak.output_tokens_per_s:,.1f} tok/s at {peak.context:,} ctx x "
+                    f"{peak.clients} clients, SPEC 6)")
+        else:
+            text = (f"choose the fleet when the offered load exceeds one replica's derived peak "
+                    f"({peak.output_tokens_per_s:,.1f} tok/s at {peak.context:,} ctx x "
+                    f"{peak.clients} clients, scaled from SPEC 6: see the plan's throughput)")
         if wall is not None:
             text += (f" or needs more concurrent requests than one chip's KV wall ({wall:,} at "
                      f"{wall_ctx:,} ctx)")
@@ -167,7 +186,7 @@ class FleetPlan:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "assumptions": list(ASSUMPTIONS),
+            "assumptions": list(self.assumptions),
             "prices": "list prices (tpuserve/facts.py) for the cluster fee and the system "
                       "nodes, not measured; $/chip-hour as the plan's (SPEC 2, [pricing])",
             "replicas": dict(self.replicas),
@@ -226,9 +245,11 @@ def fleet_plan(
     prices: Mapping[str, float] = PRICES_USD_PER_CHIP_HOUR,
     system_machine_type: str = "e2-standard-4",
     hours_per_month: float = HOURS_PER_MONTH,
+    throughput_source: str | None = None,
 ) -> FleetPlan:
     """The fleet's cost at min and max replicas (each pool bound) and its throughput, from the
-    one-chip plan (its throughput table, KV wall and chips per replica)."""
+    one-replica plan (its throughput table, KV wall and chips per replica); `throughput_source`
+    names how the plan's table was derived (None: it is measured)."""
     if not 1 <= min_replicas <= max_replicas:
         raise ValueError(f"replicas: need 1 <= min ({min_replicas}) <= max ({max_replicas})")
     if not provisioning:
@@ -266,15 +287,16 @@ def fleet_plan(
         kv_wall=tuple((c, n) for c, n in plan.kv_wall if c in measured),
         single_node_usd_per_hour=chips * prices[provisioning[0]],
         peak=max(plan.throughput.cells, key=lambda c: c.output_tokens_per_s),
-        hours_per_month=hours_per_month,
+        hours_per_month=hours_per_month, throughput_source=throughput_source,
     )
 
 
-def fleet_for(d: Deployment, plan: Plan) -> FleetPlan:
+def fleet_for(d: Deployment, plan: Plan, throughput_source: str | None = None) -> FleetPlan:
     """`fleet_plan` with the deployment's [fleet] and [pricing] (the fleet stack only)."""
     f = d.fleet
     prices = {**PRICES_USD_PER_CHIP_HOUR, **d.chip_prices()}  # the book: this chip, region
     return fleet_plan(plan, min_replicas=f.min_replicas, max_replicas=f.max_replicas,
                       provisioning=f.provisioning, prices=prices,
                       system_machine_type=f.system_machine_type,
-                      hours_per_month=plan.hours_per_month)
+                      hours_per_month=plan.hours_per_month,
+                      throughput_source=throughput_source)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from tpuserve.planner.fleet_cost import ASSUMPTIONS, BOUNDS, FIRST, LAST, PLACEMENTS, FleetPlan
+from tpuserve.planner.fleet_cost import BOUNDS, FIRST, LAST, PLACEMENTS, FleetPlan
 
 _PLACE = {FIRST: "first choice", LAST: "last choice"}
 
@@ -32,10 +32,12 @@ def cost_table(f: FleetPlan) -> Table:
 
 
 def throughput_table(f: FleetPlan) -> Table:
-    t = Table("context x clients/replica", "1 chip tok/s",
+    derived = f.throughput_source is not None  # another model or slice: d, never SPEC 6's
+    t = Table("context x clients/replica", "1 replica tok/s d" if derived else "1 chip tok/s",
               *[f"{b} {f.replicas[b]}: tok/s" for b in BOUNDS],
               *[f"{b}: $/M ({_PLACE[p]})" for b in BOUNDS for p in PLACEMENTS],
-              title="Fleet throughput and $ per million output tokens (N x SPEC 6)")
+              title="Fleet throughput and $ per million output tokens (N x "
+                    + ("derived tok/s, d)" if derived else "SPEC 6)"))
     for ctx, clients in _CELLS:
         c = f.cell(ctx, clients)
         if c is None:
@@ -53,6 +55,6 @@ def print_fleet(f: FleetPlan, console: Console) -> None:
         walls = ", ".join(f"{ctx:,} ctx: {n:,} per replica ({n * f.min_replicas:,}-"
                           f"{n * f.max_replicas:,})" for ctx, n in f.kv_wall)
         console.print(f"KV wall (concurrent requests): {walls}", markup=False, soft_wrap=True)
-    console.print("Assumptions: " + "; ".join(ASSUMPTIONS) + ".", markup=False, soft_wrap=True)
+    console.print("Assumptions: " + "; ".join(f.assumptions) + ".", markup=False, soft_wrap=True)
     console.print(f.choose_when[0].upper() + f.choose_when[1:] + ".", markup=False,
                   soft_wrap=True)

@@ -8,8 +8,8 @@ Gemma 4 E2B's SPEC 6 throughput on v5litepod-1 at a measured cell, SPEC 2's pric
 Billing Catalog read), SPEC 1's zone verdicts. Everything else is derived and named in the
 entry's `derived` list, with the rule it is derived by in `sources`. A throughput is derived by
 scaling the reference's measured point by the bytes a decode step moves (the streamed weights
-plus the KV read at the cell) over the slice's HBM bandwidth: decode is bandwidth-bound, so
-the time of a step follows bytes / bandwidth, at the reference's measured efficiency.
+plus the KV read at the cell) over the slice's HBM bandwidth (planner/throughput.py, which
+`plan` derives its table with too).
 
 A slice the model does not fit, or whose tensor parallelism cannot work, is skipped with its
 reason; a placement no price source names is listed apart (`unpriced`), never priced by guess.
@@ -23,26 +23,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuserve import kinds
-from tpuserve.accelerators import ACCELERATORS, MEASURED_ACCELERATOR, Accelerator
+from tpuserve.accelerators import ACCELERATORS, Accelerator
 from tpuserve.facts import GiB
-from tpuserve.planner.arithmetic import (
-    SPEC_THROUGHPUT,
-    ChipSpec,
-    ModelGeometry,
-    ThroughputCell,
-    ThroughputTable,
-    decode_bytes_per_step,
-    load_geometry,
-    padded_kv_heads,
-    usd_per_million_tokens,
+from tpuserve.planner.arithmetic import ChipSpec, ModelGeometry, usd_per_million_tokens
+from tpuserve.planner.throughput import (
+    Reference,
+    Throughput,
+    geometry_of,
+    spec6_reference,
+    throughput,
 )
 from tpuserve.prices import SPEC2_SOURCE, Price, price_of
 from tpuserve.settings.accelerator_rules import memory_ceiling, tp_problems
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.model_inputs import model_inputs
-from tpuserve.settings.model_profiles import DEFAULT_MODEL
-from tpuserve.settings.sections import CapacitySettings
 from tpuserve.zones import Offer, offered, zone_fact
 
 PriceFn = Callable[[str, str, str], "Price | None"]
@@ -53,37 +48,6 @@ PRICING_SETTING = "pricing setting"  # the price_source of a user-set [pricing] 
 # The TPU VM kinds a placement may be (the fleet's pools are GKE's: not a zone of this table).
 VM_KINDS: tuple[kinds.Kind, ...] = tuple(k for k in kinds.KINDS if not k.on_gke)
 _FLEX_MODEL = kinds.FLEX.provisioning_model
-
-
-@dataclass(frozen=True)
-class Reference:
-    """The measured throughput every derived one is scaled from: a model on a slice."""
-
-    model: str
-    accelerator_type: str
-    geometry: ModelGeometry
-    table: ThroughputTable
-    source: str  # "measured SPEC 6 (...)" or "measured (--throughput FILE)"
-
-
-def spec6_reference() -> Reference:
-    """Gemma 4 E2B on v5litepod-1, SPEC 6's 12 cells (the only throughput measured here)."""
-    geometry = load_geometry(CapacitySettings().geometry_path)  # the measured SPEC 5 file
-    return Reference(DEFAULT_MODEL, MEASURED_ACCELERATOR, geometry, SPEC_THROUGHPUT,
-                     f"measured SPEC 6 ({DEFAULT_MODEL}, {MEASURED_ACCELERATOR})")
-
-
-def _geometry_of(d: Deployment) -> ModelGeometry:
-    inputs = model_inputs(d)
-    if inputs.problems or inputs.geometry_path is None:
-        raise ValueError("; ".join(inputs.problems) or "no geometry for the model")
-    return load_geometry(inputs.geometry_path)
-
-
-def bench_reference(d: Deployment, table: ThroughputTable, label: str) -> Reference:
-    """A `bench` table of the configured deployment: its model measured on its slice."""
-    return Reference(d.vllm.model, d.tpu.accelerator_type, _geometry_of(d), table,
-                     f"measured ({label}: {d.vllm.model}, {d.tpu.accelerator_type})")
 
 
 @dataclass(frozen=True)
@@ -203,54 +167,6 @@ def _utilization(d: Deployment, a: Accelerator) -> float:
     return min(configured, ceiling)
 
 
-def step_bytes(geometry: ModelGeometry, tp: int, context: int, clients: int) -> int:
-    """Bytes one decode step moves at a cell: the streamed weights, plus every layer's read of
-    its KV source's cache (shared layers read it again; heads padded to TP are read too) over
-    `context` tokens for each of `clients` requests."""
-    kv_read = sum(padded_kv_heads(layer.num_kv_heads, tp) * 2 * layer.head_dim * 2
-                  for layer in geometry.layers)
-    return decode_bytes_per_step(geometry) + clients * context * kv_read
-
-
-def _nearest(table: ThroughputTable, context: int, clients: int) -> ThroughputCell:
-    """The measured cell to scale from: the same clients if measured, nearest context."""
-    def distance(c: ThroughputCell) -> tuple[float, float, int, int]:
-        return (abs(math.log2(c.clients / clients)), abs(math.log2(c.context / context)),
-                c.clients, c.context)
-    return min(table.cells, key=distance)
-
-
-@dataclass(frozen=True)
-class _Throughput:
-    tok_s: float
-    measured: bool
-    source: str
-
-
-def throughput(ref: Reference, model: str, geometry: ModelGeometry, a: Accelerator, tp: int,
-               context: int, clients: int) -> _Throughput:
-    """Output tok/s at the cell: measured where the reference measured this model on this
-    slice at this cell, else scaled from its nearest measured cell by bytes / bandwidth."""
-    cell = ref.table.get(context, clients)
-    if cell is not None and model == ref.model and a.accelerator_type == ref.accelerator_type:
-        return _Throughput(cell.output_tokens_per_s, True, f"{ref.source} at {cell.key}")
-    near = _nearest(ref.table, context, clients)
-    ref_accel = ACCELERATORS[ref.accelerator_type]
-    ref_bw = ref_accel.family.hbm_bandwidth_bytes_per_s * ref_accel.chips
-    bw = a.family.hbm_bandwidth_bytes_per_s * a.chips
-    ref_bytes = step_bytes(ref.geometry, ref_accel.chips, near.context, near.clients)
-    here = step_bytes(geometry, tp, context, clients)
-    ref_step_s, step_s = ref_bytes / ref_bw, here / bw
-    tok_s = near.output_tokens_per_s * (clients / near.clients) * (ref_step_s / step_s)
-    return _Throughput(tok_s, False, (
-        f"derived: {ref.source} at {near.key} ({near.output_tokens_per_s:g} tok/s) scaled by "
-        f"bytes moved per decode step over HBM bandwidth ({ref_bytes / GiB:.2f} GiB at "
-        f"{ref_bw / GiB:.0f} GiB/s there, {here / GiB:.2f} GiB at {bw / GiB:.0f} GiB/s here: "
-        f"weights streamed + KV read at {context}x{clients})"
-        + ("" if clients == near.clients else
-           f" and by clients ({clients} / {near.clients}: optimistic, batching saturates)")))
-
-
 @dataclass(frozen=True)
 class _Fit:
     """What one accelerator serves the model at: its plan's figures at the cell."""
@@ -259,7 +175,7 @@ class _Fit:
     tp: int
     kv_tokens: int
     kv_wall_clients: int
-    tok_s: _Throughput
+    tok_s: Throughput
     kv_source: str
 
 
@@ -365,7 +281,7 @@ def build_placements(d: Deployment, *, price: PriceFn = price_of,
                      reference: Reference | None = None,
                      accelerators: Iterable[Accelerator] | None = None) -> Placements:
     """Every placement of the deployment's model, cheapest $/M output tokens first."""
-    geometry = _geometry_of(d)
+    geometry = geometry_of(d)
     ref = reference or spec6_reference()
     context, clients = expected_load(d)
     priced_by = with_pricing_settings(d, price)

@@ -92,9 +92,14 @@ def decode_table(plan: Plan) -> Table:
     return t
 
 
-def cost_table(plan: Plan) -> Table:
+def cost_table(plan: Plan, mark: str = "", legend: str | None = None) -> Table:
+    """The $/M table; `mark` labels a tok/s column that is not measured, `legend` says why."""
     models = [c.model for c in plan.costs]
-    t = Table("context x clients", "tok/s", *models, title="$ per million output tokens (SPEC 7)")
+    # The mark heads the column (every cell of it is derived alike): a mark in each cell
+    # would widen it past an 80-column terminal and wrap the rows.
+    t = Table("context x clients", f"tok/s {mark}" if mark else "tok/s", *models,
+              title="$ per million output tokens (SPEC 7)", caption=legend,
+              caption_justify="left")
     for i, cell in enumerate(plan.throughput.cells):
         prices = [f"${c.usd_per_million_output_tokens[i][1]:.3f}" for c in plan.costs]
         t.add_row(f"{cell.context:,} x {cell.clients}", f"{cell.output_tokens_per_s:,.1f}", *prices)
@@ -143,14 +148,15 @@ def expected_table(plan: Plan, tok_s_label: str = "measured output tok/s") -> Ta
 
 
 def renderables(plan: Plan, labels: Mapping[str, str] | None = None) -> list[RenderableType]:
-    """The plan's tables; `labels` relabels figures that are not measured (weights, tok_s)."""
+    """The plan's tables; `labels` relabels figures that are not measured (weights, tok_s;
+    tok_s_mark and tok_s_legend mark the $/M table's tok/s column)."""
     labels = labels or {}
     tables = [
         budget_table(plan, labels.get("weights", "weights (measured)")),
         kv_table(plan),
         capacity_table(plan),
         decode_table(plan),
-        cost_table(plan),
+        cost_table(plan, labels.get("tok_s_mark", ""), labels.get("tok_s_legend")),
         rebuild_table(plan),
         expected_table(plan, labels.get("tok_s", "measured output tok/s")),
     ]
@@ -162,8 +168,10 @@ def print_plan(plan: Plan, console: Console, labels: Mapping[str, str] | None = 
         console.print(table)
 
 
-def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) -> None:
-    """HBM budget as a stacked bar, and $/M output tokens against clients per context."""
+def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None,
+              derived: bool = False) -> None:
+    """HBM budget as a stacked bar, and $/M output tokens against clients per context
+    (`derived`: from a derived tok/s table, which the axis says)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on CI or a TPU VM
@@ -175,7 +183,7 @@ def write_png(plan: Plan, path: str | Path, *, provisioning: str | None = None) 
         raise ValueError(f"no price for provisioning model {model!r}")
     fig, (hbm, usd) = plt.subplots(1, 2, figsize=(10, 4.5), width_ratios=(1, 2.5))
     _hbm_panel(hbm, plan)
-    _usd_panel(usd, plan, cost)
+    _usd_panel(usd, plan, cost, derived)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
@@ -205,7 +213,7 @@ def _hbm_panel(hbm: Any, plan: Plan) -> None:
     hbm.legend(fontsize=8, loc="lower center")
 
 
-def _usd_panel(usd: Any, plan: Plan, cost: ProvisioningCost) -> None:
+def _usd_panel(usd: Any, plan: Plan, cost: ProvisioningCost, derived: bool = False) -> None:
     """$ per million output tokens against concurrent clients, one line per context."""
     for context in plan.throughput.contexts:
         points = sorted(
@@ -219,6 +227,6 @@ def _usd_panel(usd: Any, plan: Plan, cost: ProvisioningCost) -> None:
     usd.set_xticks(clients, [str(c) for c in clients])
     usd.set_yscale("log")
     usd.set_xlabel("concurrent clients")
-    usd.set_ylabel("$ per million output tokens")
+    usd.set_ylabel("$ per million output tokens" + (" (derived tok/s)" if derived else ""))
     usd.set_title(f"{cost.model} at ${cost.usd_per_hour:.4f}/h")
     usd.legend(fontsize=8)

@@ -159,9 +159,12 @@ def plan_sources(d: Deployment) -> dict[str, str]:
                 "table)"),
         "measured_tpot_ms": ("measured SPEC 5 (Gemma 4 E2B, v5litepod-1)" if e2b else
                              "none: SPEC 5's TPOT is Gemma 4 E2B's, not this model's"),
-        "throughput": ("measured SPEC 6 (Gemma 4 E2B, v5litepod-1)" if e2b else
-                       "Gemma 4 E2B's measured SPEC 6 table, not this model's: $/token is "
-                       "E2B's, a placeholder until `bench` measures this model"),
+        # SPEC 6 measured the pair alone; `plan` derives every other (planner/throughput.py).
+        "throughput": ("measured SPEC 6 (Gemma 4 E2B, v5litepod-1)"
+                       if e2b and d.tpu.accelerator_type == "v5litepod-1" else
+                       "derived: this model's tok/s on this slice, every cell scaled from "
+                       "measured SPEC 6 (Gemma 4 E2B, v5litepod-1) by bytes per decode step and "
+                       "bandwidth (`tpuserve plan` shows the table)"),
         "profile": profile_source(d.vllm.model, d.tpu.accelerator_type, d.vllm.image),
         "capacity_rules": ("measured SPEC 4-5 (Gemma 4 E2B on v5litepod-1)"
                            if e2b and d.tpu.accelerator_type == "v5litepod-1" else
