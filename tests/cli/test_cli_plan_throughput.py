@@ -212,3 +212,19 @@ def test_a_bench_of_the_deployment_stays_its_measured_source(case: Case,
     assert source.startswith("measured (--throughput ") and case.model in source
     out = invoke("plan", "--stack", "spot", "--throughput", str(bench)).stdout
     assert "tok/s d" not in out and "throughput: " not in out
+
+
+def test_no_price_column_stands_in_with_another_chips_or_regions_figure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC 2's flex and commitment prices are v5e's in us-west4: a v6e plan in us-east5 shows
+    only the models a source prices there (the snapshot's spot and on-demand), at its figures."""
+    user(tmp_path, monkeypatch, CASES["gemma2b-v6e-1"])
+    provisioning = plan_json("--stack", "spot")["provisioning"]
+    assert set(provisioning) == {"spot", "ondemand"}, provisioning
+    assert provisioning["spot"]["usd_per_hour"] != 0.5779  # not SPEC 2's v5e figure
+
+
+def test_the_default_plan_prices_every_spec2_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    provisioning = plan_json("--stack", "spot")["provisioning"]
+    assert {m: p["usd_per_hour"] for m, p in provisioning.items()} == {
+        "spot": 0.5779, "flex": 0.6, "ondemand": 1.2, "commit-1y": 0.84, "commit-3y": 0.54}

@@ -17,7 +17,7 @@ LEGEND = ("m = measured (docs/measurements.md), d = derived (computed here, from
 
 
 # Wide enough for every column unwrapped: a narrower terminal wraps lines, it cuts no figure.
-WIDTH = 150
+WIDTH = 175  # every column on one line, the longest price source (snapshot ...) included
 
 
 # The figures of a placement, each shown with its mark: (field, format).
@@ -42,6 +42,7 @@ def placements_table(result: Placements) -> Table:
               title=(f"Placements of {result.model} at {result.context:,} tokens x "
                      f"{result.clients} clients, cheapest first"),
               box=box.SIMPLE_HEAD, pad_edge=False)
+    t.columns[-1].no_wrap = True  # one line per placement: the source is read, not wrapped
     for p in result.placements:
         t.add_row(p.accelerator_type, p.zone, p.provisioning_model,
                   *(_cell(p, name, fmt) for name, fmt in FIGURES), p.price_source)

@@ -7,7 +7,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from tpuserve.planner.arithmetic import (
-    DEFAULT_PRICES_USD_PER_CHIP_HOUR,
     ChipSpec,
     GiB,
     ModelGeometry,
@@ -57,7 +56,7 @@ def plan_for(
     inputs = model_inputs(d)
     if inputs.problems or inputs.geometry_path is None or inputs.weights_bytes is None:
         raise ValueError("; ".join(inputs.problems) or "no geometry or weights figure")
-    prices = {**DEFAULT_PRICES_USD_PER_CHIP_HOUR, **d.chip_prices()}
+    prices = d.sourced_chip_prices()  # no column priced with another chip's figure
     kwargs: dict[str, object] = {
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "kv_cache_memory_bytes": v.kv_cache_memory_bytes,

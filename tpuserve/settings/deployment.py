@@ -14,6 +14,7 @@ from pydantic import (
 )
 
 from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
+from tpuserve.facts import PRICES_USD_PER_CHIP_HOUR
 from tpuserve.kinds import KINDS, STACK_NAMES, Kind, words
 from tpuserve.prices import SETTING_SOURCE, Price, PriceFileError, price_of, region_of
 from tpuserve.settings import string_rules as rules
@@ -257,6 +258,19 @@ class Deployment(StrictModel):
         if model in self.pricing.model_fields_set:
             return Price(getattr(self.pricing, model), SETTING_SOURCE, "")
         return self.book_price(model) or Price(getattr(self.pricing, model), "SPEC 2", "")
+
+    def sourced_chip_prices(self) -> dict[str, float]:
+        """$/chip-hour of every provisioning model (commitments included) that a source prices
+        for this accelerator in this region: a [pricing] key the user set, else the book. No
+        stand-in: the planner shows no column it would have to price with another chip's or
+        region's figure (SPEC 2's commitments are v5e's in us-west4)."""
+        out = {}
+        for m in PRICES_USD_PER_CHIP_HOUR:
+            if m in type(self.pricing).model_fields and m in self.pricing.model_fields_set:
+                out[m] = getattr(self.pricing, m)
+            elif (p := self.book_price(m)) is not None:
+                out[m] = p.usd_per_chip_hour
+        return out
 
     def chip_prices(self) -> dict[str, float]:
         """$/chip-hour per priced provisioning model, as price_for answers (the planner's)."""
