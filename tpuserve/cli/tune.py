@@ -36,6 +36,13 @@ def _ints(option: str, text: str) -> tuple[int, ...]:
     return values
 
 
+def _confirmed() -> bool:
+    try:
+        return typer.confirm("start?", default=False, err=True)
+    except typer.Abort:  # no answer (end of input)
+        return False
+
+
 Limit = Annotated[float | None, typer.Option(min=0.001, show_default=False)]
 
 
@@ -117,7 +124,7 @@ def tune(
         f"= {est['hours']:.2f} node-hours, ${est['usd']:.2f} at ${usd_h:.4g}/hour "
         f"({price_source}; derived)"
         + (f"; resuming: {prep.state.spent_s / 3600:.2f} h spent" if prep.resumed else ""))
-    if not yes and not typer.confirm("start?", default=False, err=True):
+    if not yes and not _confirmed():
         raise OpsError("not started (pass --yes to start without asking)")
     tuner = Tuner(node, prep.candidates, prep.state,
                   save=lambda s: session.state_file.save(s, path), usd_per_hour=usd_h,
