@@ -36,7 +36,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     env = {"TPUSERVE_CONFIG": str(cfg)}
     d = load(environ=env).deployments["flex"]
     box: dict[str, Any] = {"node": ToyNode(2, sets_for(d), base_values(d))}
-    monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda _d: box["node"])
+    monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda *_a: box["node"])
     monkeypatch.chdir(tmp_path)
     return {"env": env, "cfg": cfg, "box": box, "tmp": tmp_path}
 

@@ -17,12 +17,18 @@ EXIT_BUDGET = 3
 DEFAULT_CONTEXTS, DEFAULT_CLIENTS = "1024,8192", "1,16,64"
 
 
-def node_for(d: Any) -> Any:
-    """The node driver (tpuserve.tune.node.TuneNode). Tests swap it; the TPU-API driver
-    (metadata patch, watcher re-run, guest-attribute boot phases) is not built yet."""
-    raise OpsError(f"tune {d.name}: the TPU-API node driver is not built yet in this version; "
-                   "the search, its state and its outputs run against a TuneNode "
-                   "(tpuserve/tune/node.py)")
+def node_for(d: Any, raw: Any, workload: Any, api_key: str | None) -> Any:
+    """The stack's node as a TuneNode (tpuserve/tune/tpu_node.py: the TPU API's metadata
+    patch, the watcher's re-run, guest-attribute boot phases; the benchmark measures)."""
+    from tpuserve.tune.bench_measure import bench_measure
+    from tpuserve.tune.tpu_node import TpuNode
+
+    if workload.trace:
+        raise OpsError("--trace: replaying a trace through the benchmark on a node is not "
+                       "built yet; measure cells (--contexts, --clients)", exit_code=EXIT_USAGE)
+    measure = bench_measure(lambda: common.resolve_target(d.name, None, api_key)[0],
+                            d.vllm.max_model_len, common.log)
+    return TpuNode(d, raw, common.tpu_api(), measure=measure)
 
 
 def _ints(option: str, text: str) -> tuple[int, ...]:
@@ -81,6 +87,7 @@ def tune(
     fresh: Annotated[bool, typer.Option("--fresh", help="Ignore a saved state.")] = False,
     pr: Annotated[bool, typer.Option("--pr", help="Commit the overlay on a branch and open a "
                                      "pull request with gh (or print the commands).")] = False,
+    api_key: common.ApiKeyOpt = None,
     json_output: common.JsonOpt = False,
 ) -> None:
     """Search the stack's serving flags on its own node: candidates from the planner, applied
@@ -91,6 +98,7 @@ def tune(
     from tpuserve.tune import session
     from tpuserve.tune.result import Summary
     from tpuserve.tune.runner import BUDGET, DONE, INTERRUPTED, Budget, Tuner, estimate
+    from tpuserve.tune.state import TERRAFORM
     from tpuserve.tune.workload import Workload, read_trace
 
     common.load_stack(stack)  # the stack's name and presence, one line each
@@ -112,7 +120,9 @@ def tune(
                            f"{d.vllm.max_model_len}", exit_code=EXIT_USAGE)
     path = state or session.state_path(stack)
     prep = session.prepare(d, raw, workload, limits, repetitions, path, fresh=fresh)
-    node = node_for(d)
+    node = node_for(d, raw, workload, api_key)
+    if prep.state.node_on == TERRAFORM and hasattr(node, "check_deployed"):
+        node.check_deployed()  # the end restores Terraform's script: it must be the node's
     usd_h = d.usd_per_hour
     price_source = f"[pricing] {d.price_key} x {d.tpu.chips} chip(s)"
     est = estimate(len(prep.candidates), Budget().first_boot_s, usd_h)

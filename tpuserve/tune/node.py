@@ -40,10 +40,13 @@ class BootRecord:
                    tuple(tuple(p) for p in doc.get("phases", ())))  # type: ignore[misc]
 
 
-def boot_record(report: BootReport, *, cache_hit: bool | None) -> BootRecord:
+def boot_record(report: BootReport) -> BootRecord:
     """A BootReport (ops/boot_phases.py) as the tuner records it: compile time is what lies
-    between the container's start and its KV cache's initialisation and startup's end."""
+    between the KV cache's initialisation and startup's end (the programs compile there); the
+    cache phase's first word says hit or miss."""
     at = {p.key: p.at for p in report.phases if p.at is not None}
+    cache = next((p.detail.split(" ", 1)[0] for p in report.phases if p.key == "cache"), "")
+    cache_hit = {"hit": True, "miss": False}.get(cache)
     start, end = at.get("boot"), at.get("health") or (report.last.at if report.last else None)
     boot_s = (end - start).total_seconds() if start and end else 0.0
     c0, c1 = at.get("kv_cache"), at.get("startup_complete")
