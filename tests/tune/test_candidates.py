@@ -84,3 +84,14 @@ def test_the_tune_table_is_validated(tune: dict[str, object], fragment: str) -> 
     with pytest.raises(ConfigError) as err:
         from_raw(raw_with(tune))
     assert any(fragment in p for p in err.value.problems), err.value.problems
+
+
+def test_a_combination_refused_only_together_is_dropped() -> None:
+    # 131072 fits one request's KV at 0.92, 0.7 serves 32768; together the pool is too small.
+    _d, _raw, sp = flex_space({"max_model_len": [32768, 131072],
+                               "gpu_memory_utilization": [0.92, 0.7]})
+    pairs = {(c.as_dict["max_model_len"], c.as_dict["gpu_memory_utilization"])
+             for c in sp.candidates}
+    assert (131072, 0.7) not in pairs and {(131072, 0.92), (32768, 0.7)} <= pairs
+    assert any("l131072" in r.what and "m0.7" in r.what and "KV tokens" in r.reason
+               for r in sp.refused)

@@ -34,10 +34,13 @@ def test_a_failed_boot_is_recorded_and_the_node_returns_to_the_last_good(
     failed = {cid: rs for cid, rs in tuner.state.runs.items() if rs[-1].error}
     assert failed and all(c.endswith("m0.94") for c in failed)
     assert all(rs[-1].error == "RuntimeProgramAllocationFailure" for rs in failed.values())
+    # Right after each failed boot: the last config that booted again (or Terraform's script).
+    last_good: tuple[str, Any] = ("restore", None)
     for i, (op, overlay) in enumerate(node.log):
         if op == "apply" and overlay["gpu_memory_utilization"] == 0.94:
-            nxt_op, nxt = node.log[i + 1]
-            assert nxt_op == "restore" or nxt["gpu_memory_utilization"] < 0.94
+            assert node.log[i + 1] == last_good
+        else:
+            last_good = (op, overlay)
 
 
 def test_a_crash_while_measured_is_recorded(make_tuner: MakeTuner) -> None:
