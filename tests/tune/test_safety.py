@@ -108,9 +108,12 @@ def test_any_exception_returns_to_the_last_good_and_propagates(make_tuner: MakeT
         return real(workload, reps)
 
     node.measure = broken  # type: ignore[method-assign]
+    said: list[str] = []
+    tuner.log = said.append
     with pytest.raises(RuntimeError):
         tuner.run()
     assert _on(node, tuner, sp.candidates[1].id)
+    assert said[-1] == f"the tuner failed; the node is on: {sp.candidates[1].id}"
 
 
 def test_a_node_that_went_away_keeps_the_state_for_the_next(

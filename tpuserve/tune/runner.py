@@ -131,7 +131,7 @@ class Tuner:
             self.save()
             return Outcome(FAILED, halving.best(s), s.node_on, str(exc))
         except Exception:
-            self._back_or_say()
+            self.log(f"the tuner failed; the node is on: {self._back_or_say()}")
             raise
 
     def _back_or_say(self) -> str:
