@@ -72,7 +72,10 @@ def overlay_toml(summary: Summary, chosen: Candidate, state: TuneState,
     env_lines = []
     for dim, path in DIMENSIONS:
         value = chosen.as_dict[dim]
-        note = f"measured: {_fig(run.score)}" + _other(dim, value, state, candidates)
+        # The header carries the chosen config's figures; each line, its $/M beside the best
+        # measured config with another value of the flag.
+        note = f"measured: {_money(run.score.usd_per_m)}/M" + _other(dim, value, state,
+                                                                      candidates)
         if value == UNSET:
             lines.append(f"# {dim}: left to vLLM's default; {note}")
             continue
@@ -89,14 +92,21 @@ def _other(dim: str, value: object, state: TuneState,
            candidates: Mapping[str, Candidate]) -> str:
     """The best measured config with another value of DIM, for comparison."""
     best: tuple[float, object] | None = None
+    infeasible: set[str] = set()
     for cid in state.runs:
         r = halving.latest(state, cid)
         c = candidates.get(cid)
         if c is None or r is None or r.score is None or c.as_dict[dim] == value:
             continue
-        if r.score.feasible and (best is None or r.score.usd_per_m < best[0]):
+        if not r.score.feasible:
+            infeasible.add(str(c.as_dict[dim]))
+        elif best is None or r.score.usd_per_m < best[0]:
             best = (r.score.usd_per_m, c.as_dict[dim])
-    return "" if best is None else f"; best with {dim} = {best[1]}: {_money(best[0])}/M"
+    if best is not None:
+        return f"; best with {dim} = {best[1]}: {_money(best[0])}/M"
+    if infeasible:
+        return f"; with {dim} = {', '.join(sorted(infeasible))}: none met the constraints"
+    return ""
 
 
 def report_md(summary: Summary, state: TuneState, candidates: Mapping[str, Candidate],
