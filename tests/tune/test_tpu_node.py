@@ -115,3 +115,16 @@ def test_a_node_that_went_away(api: FakeTpuApi, env: dict[str, Any]) -> None:
     with pytest.raises(NodeGone, match="PREEMPTED"):
         env["node"].apply({"max_num_batched_tokens": 8192})
     assert json.dumps(api.node_json(d.node_name))  # still readable, just not serving
+
+
+def test_restore_of_the_script_already_there_reads_the_nodes_own_boot(
+        api: FakeTpuApi, env: dict[str, Any]) -> None:
+    d = env["d"]
+    for key, value in PHASES.items():  # booted at creation; the watcher only watches
+        api.set_guest_attribute(d.node_name, key, value.format(cache="hit"))
+    api.set_guest_attribute(d.node_name, "reconverge", "2030-01-01T10:12:50Z watching etag=1")
+    rec = env["node"].restore()
+    assert rec.ok and rec.cache_hit is True and not api.calls("PATCH")
+    api.set_guest_attribute(d.node_name, "state", "2030-01-01T10:12:46Z booting")
+    rec = env["node"].restore()  # still booting: waits, then gives up at the deadline
+    assert not rec.ok and env["clock"].now >= 900
