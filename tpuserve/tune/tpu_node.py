@@ -47,12 +47,13 @@ class TpuNode:
                  render: Callable[[Deployment], str] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 poll_s: float = POLL_S, boot_timeout_s: float = BOOT_TIMEOUT_S) -> None:
+                 poll_s: float | None = None, boot_timeout_s: float | None = None) -> None:
         if render is None:
             from tpuserve.render.boot_script import render_startup as render
         self.d, self.raw, self.tpu, self._measure = d, raw, tpu, measure
         self.render, self.clock, self.sleep = render, clock, sleep
-        self.poll_s, self.boot_timeout_s = poll_s, boot_timeout_s
+        self.poll_s = POLL_S if poll_s is None else poll_s
+        self.boot_timeout_s = BOOT_TIMEOUT_S if boot_timeout_s is None else boot_timeout_s
 
     def terraform_script(self) -> str:
         """The script Terraform deployed: what the stack's own config renders."""
