@@ -54,6 +54,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gcp", ("tpuserve.gcp",)),
     ("ops", ("tpuserve.ops",)),
     ("review", ("tpuserve.review",)),
+    # `tpuserve tune`: candidates from the settings, measurements as ops/ reports them.
+    ("tune", ("tpuserve.tune",)),
     ("cli", ("tpuserve.cli",)),
     # `python -m tpuserve[.X]`: what Terraform's steps, CI and users run; nothing imports them.
     ("entry points", ("tpuserve.__main__", "tpuserve.entry_point", "tpuserve.progress_lines",

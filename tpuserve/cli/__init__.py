@@ -57,6 +57,7 @@ COMMANDS: dict[str, _Entry] = {
                      "API"),
     "review": _Entry("review", "Synthesize BASE and HEAD offline and report, per stack, the "
                      "Terraform resources added, removed and changed"),
+    "tune": _Entry("tune", "Search the stack's serving flags on its own node"),
 }
 
 

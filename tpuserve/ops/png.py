@@ -31,3 +31,13 @@ def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
 def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
+
+
+def raster_png(width: int, height: int, rows: list[bytearray]) -> bytes:
+    """An 8-bit RGB PNG from `height` rows of `width` RGB triples (a chart drawn by hand)."""
+    if len(rows) != height or any(len(r) != 3 * width for r in rows):
+        raise ValueError(f"PNG raster: {height} rows of {3 * width} bytes expected")
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    data = b"".join(b"\x00" + bytes(r) for r in rows)
+    return SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(data, 9)) + \
+        _chunk(b"IEND", b"")

@@ -34,6 +34,7 @@ from tpuserve.settings.sections import (
 )
 from tpuserve.settings.stack import GuardedVmStackSettings, StackSettings, of_kind
 from tpuserve.settings.string_rules import check
+from tpuserve.settings.tune import TuneSettings
 from tpuserve.settings.vllm import VllmSettings
 from tpuserve.zones import Offer, stack_zones
 
@@ -50,6 +51,7 @@ class Deployment(StrictModel):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     state: StateSettings = Field(default_factory=StateSettings)
+    tune: TuneSettings = Field(default_factory=TuneSettings)  # `tpuserve tune` only
     # Validated in every stack (the top-level [fleet] fails alike everywhere), kept only by a
     # kind on GKE: None in the others (_fleet_section_is_the_fleets).
     fleet: FleetSettings | None = Field(default_factory=FleetSettings)

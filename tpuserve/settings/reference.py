@@ -195,6 +195,8 @@ def _type(annotation: Any, metadata: list[Any]) -> str:
         inner = [a for a in args if a is not type(None)]
         words = " or ".join(_type(a, []) for a in inner)
         return f"{words}{bounds} or unset"
+    if origin in (typing.Union, UnionType):  # e.g. an integer or the word "unset"
+        return " or ".join(_type(a, []) for a in args) + bounds
     if origin is Literal:
         return "one of " + ", ".join(f"`{_toml(a)}`" for a in args)
     if origin is list:

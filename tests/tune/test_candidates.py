@@ -1,0 +1,97 @@
+"""Candidates come from the planner and the [tune] table, and none is a config the settings'
+validators or the planner refuse: each refused value or combination is dropped with its reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tune.conftest import flex_space, raw_with
+from tpuserve.settings import ConfigError
+from tpuserve.settings.loader import deep_merge, from_raw, load_raw
+from tpuserve.tune.candidates import default_sets, refusal, space
+
+
+def test_the_planners_sets_on_e2b_v5e_1() -> None:
+    raw = load_raw(environ={})
+    d = from_raw(raw).deployments["flex"]
+    sets = default_sets(d)
+    # At or above the multimodal floor's bucket (2496 -> 4096, SPEC 4).
+    assert sets["max_num_batched_tokens"] == [4096, 8192]
+    # From the ceiling up to, not including, the measured failure 0.95.
+    assert sets["gpu_memory_utilization"] == [0.92, 0.93, 0.94]
+    assert sets["NUM_PRECOMPILE_WORKERS"] == [1, 2, 4]
+    assert sets["VLLM_TPU_BUCKET_PADDING_GAP"] == [0, 128]
+    assert sets["max_model_len"] == [32768, 65536]
+    sp = space(d, raw)
+    assert sp.candidates and not sp.refused
+    assert sp.baseline.id in {c.id for c in sp.candidates}
+
+
+def test_refused_values_are_dropped_with_their_reason() -> None:
+    _d, raw, sp = flex_space({"max_num_batched_tokens": [2048, 4096],
+                              "gpu_memory_utilization": [0.92, 0.94, 0.95],
+                              "max_model_len": [32768, 1048576]})
+    ids = [c.id for c in sp.candidates]
+    assert ids and not any(" b2048" in f" {i}" or "m0.95" in i or "l1048576" in i for i in ids)
+    reasons = {r.what: r.reason for r in sp.refused}
+    assert "2496" in reasons["max_num_batched_tokens = 2048"]
+    assert "died" in reasons["gpu_memory_utilization = 0.95"]
+    assert "max_model_len" in reasons["max_model_len = 1048576"]
+    # Every candidate kept is a config the real loader takes.
+    for c in sp.candidates:
+        assert refusal(raw, "flex", c.overlay()) is None
+        untested = c.as_dict["gpu_memory_utilization"] > 0.92
+        assert c.overlay().get("allow_untested_gpu_memory_utilization", False) is untested
+
+
+def test_untested_memory_needs_the_allowance_for_that_candidate_only() -> None:
+    raw = raw_with({})
+    assert refusal(raw, "flex", {"gpu_memory_utilization": 0.93}) is not None
+    assert refusal(raw, "flex", {"gpu_memory_utilization": 0.93,
+                                 "allow_untested_gpu_memory_utilization": True}) is None
+
+
+def test_a_slice_with_a_derived_ceiling_gets_no_step_above_it() -> None:
+    raw = deep_merge(load_raw(environ={}), {"stacks": {"flex": {
+        "tpu": {"accelerator_type": "v6e-1"}}}})
+    d = from_raw(raw).deployments["flex"]
+    sp = space(d, raw)
+    gmus = {c.as_dict["gpu_memory_utilization"] for c in sp.candidates}
+    # v6e's derived ceiling (capped at the measured 0.92): 0.93 and 0.94 are refused there.
+    assert gmus == {d.vllm.gpu_memory_utilization}
+    reasons = {r.what: r.reason for r in sp.refused}
+    assert "above the ceiling" in reasons["gpu_memory_utilization = 0.93"]
+    assert "derived" in reasons["gpu_memory_utilization = 0.94"]
+
+
+def test_an_unset_cap_cannot_be_written_over_a_configured_one() -> None:
+    raw = deep_merge(raw_with({"max_num_seqs": ["unset", 128]}),
+                     {"vllm": {"max_num_seqs": 256}})
+    d = from_raw(raw).deployments["flex"]
+    sp = space(d, raw)
+    assert {c.as_dict["max_num_seqs"] for c in sp.candidates} == {128}
+    assert any("TOML has no null" in r.reason for r in sp.refused)
+
+
+@pytest.mark.parametrize(("tune", "fragment"), [
+    ({"gpu_memory_utilization": []}, "tune.gpu_memory_utilization"),
+    ({"NUM_PRECOMPILE_WORKERS": [0]}, "tune.NUM_PRECOMPILE_WORKERS"),
+    ({"max_num_seqs": ["none"]}, "tune.max_num_seqs"),
+    ({"max_ttft_p90_ms": -1.0}, "tune.max_ttft_p90_ms"),
+    ({"max_ttft_p90ms": 1.0}, "tune.max_ttft_p90ms"),
+])
+def test_the_tune_table_is_validated(tune: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_raw(raw_with(tune))
+    assert any(fragment in p for p in err.value.problems), err.value.problems
+
+
+def test_a_combination_refused_only_together_is_dropped() -> None:
+    # 131072 fits one request's KV at 0.92, 0.7 serves 32768; together the pool is too small.
+    _d, _raw, sp = flex_space({"max_model_len": [32768, 131072],
+                               "gpu_memory_utilization": [0.92, 0.7]})
+    pairs = {(c.as_dict["max_model_len"], c.as_dict["gpu_memory_utilization"])
+             for c in sp.candidates}
+    assert (131072, 0.7) not in pairs and {(131072, 0.92), (32768, 0.7)} <= pairs
+    assert any("l131072" in r.what and "m0.7" in r.what and "KV tokens" in r.reason
+               for r in sp.refused)

@@ -1,0 +1,161 @@
+"""Whatever happens the node is never left on a half-tried config: a failed boot, a crash,
+Ctrl-C (in a boot or a measurement), any exception, a node that went away; and a resume after
+an interruption continues where it stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tune.conftest import WORKLOAD, MakeTuner
+from tests.tune.toy_node import ToyNode, expected_best
+from tpuserve.tune import state as state_file
+from tpuserve.tune.node import BootRecord
+from tpuserve.tune.runner import DONE, FAILED, INTERRUPTED, NODE_GONE, Tuner
+from tpuserve.tune.score import Constraints
+from tpuserve.tune.state import TERRAFORM
+
+
+def _on(node: ToyNode, tuner: Tuner, cid: str) -> bool:
+    """The node runs CID (a candidate id or TERRAFORM), and CID was fully tried."""
+    if cid == TERRAFORM:
+        return node.current is None
+    ok = any(r.error is None and r.score is not None for r in tuner.state.runs[cid])
+    return ok and node.current == tuner.candidates[cid].overlay()
+
+
+def test_a_failed_boot_is_recorded_and_the_node_returns_to_the_last_good(
+        make_tuner: MakeTuner) -> None:
+    tuner, node, _ = make_tuner(1)  # seed 1: 0.94 hits the memory wall
+    out = tuner.run()
+    assert out.status == DONE
+    failed = {cid: rs for cid, rs in tuner.state.runs.items() if rs[-1].error}
+    assert failed and all(c.endswith("m0.94") for c in failed)
+    assert all(rs[-1].error == "RuntimeProgramAllocationFailure" for rs in failed.values())
+    # Right after each failed boot: the last config that booted again (or Terraform's script).
+    last_good: tuple[str, Any] = ("restore", None)
+    for i, (op, overlay) in enumerate(node.log):
+        if op == "apply" and overlay["gpu_memory_utilization"] == 0.94:
+            assert node.log[i + 1] == last_good
+        else:
+            last_good = (op, overlay)
+
+
+def test_a_crash_while_measured_is_recorded(make_tuner: MakeTuner) -> None:
+    tuner, node, sp = make_tuner(2)
+    first, second = sp.candidates[0].id, sp.candidates[1].id
+    node.crash = {second}
+    out = tuner.run()
+    assert out.status == DONE
+    assert "status 139" in (tuner.state.runs[second][0].error or "")
+    i = next(i for i, (op, o) in enumerate(node.log)
+             if op == "apply" and o == tuner.candidates[second].overlay())
+    assert node.log[i + 1] == ("apply", tuner.candidates[first].overlay())  # the last good
+
+
+@pytest.mark.parametrize("where", ["measure", "apply"])
+def test_ctrl_c_returns_to_the_last_good_and_a_resume_finishes(
+        make_tuner: MakeTuner, tmp_path: Path, where: str) -> None:
+    tuner, node, sp = make_tuner(2)  # seed 2: every candidate boots
+    if where == "measure":
+        node.interrupt_at_measure = 5
+    else:
+        node.interrupt_in_apply_of = sp.candidates[5].id
+    out = tuner.run()
+    assert out.status == INTERRUPTED
+    last_good = sp.candidates[3].id if where == "measure" else sp.candidates[4].id
+    assert out.node_on == last_good and _on(node, tuner, last_good)
+    saved = state_file.load(tmp_path / "state.json")
+    assert saved is not None and saved.node_on == last_good and saved.settled
+    done_before = set(saved.runs)
+    # Resume on the same node from the file: it finishes with the uninterrupted optimum.
+    tuner2, node2, _ = make_tuner(2, state=saved, node=node)
+    out2 = tuner2.run()
+    assert out2.status == DONE
+    assert out2.best == expected_best(node, sp.candidates, WORKLOAD, Constraints())
+    for cid in done_before:  # what was measured before is not measured again at rung 0
+        assert [r.rung for r in tuner2.state.runs[cid]].count(0) == 1
+    assert node2.current is None
+
+
+def test_resume_after_a_lost_connection_mid_candidate_returns_first(
+        make_tuner: MakeTuner, tmp_path: Path) -> None:
+    tuner, node, sp = make_tuner(2)
+    node.interrupt_at_measure = 3
+    tuner.run()
+    saved = state_file.load(tmp_path / "state.json")
+    assert saved is not None
+    # As if the process died during the next candidate's boot: the file says half-tried.
+    saved.node_on, saved.settled = sp.candidates[3].id, False
+    node.current = sp.candidates[3].overlay()
+    tuner2, _, _ = make_tuner(2, state=saved, node=node)
+    n = len(node.log)
+    assert tuner2.run().status == DONE
+    assert node.log[n] == ("apply", sp.candidates[1].overlay())  # back to the last good first
+
+
+def test_any_exception_returns_to_the_last_good_and_propagates(make_tuner: MakeTuner) -> None:
+    tuner, node, sp = make_tuner(1)
+    real = node.measure
+    calls = {"n": 0}
+
+    def broken(workload: Any, reps: int) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("the benchmark's own bug")
+        return real(workload, reps)
+
+    node.measure = broken  # type: ignore[method-assign]
+    said: list[str] = []
+    tuner.log = said.append
+    with pytest.raises(RuntimeError):
+        tuner.run()
+    assert _on(node, tuner, sp.candidates[1].id)
+    assert said[-1] == f"the tuner failed; the node is on: {sp.candidates[1].id}"
+
+
+def test_a_node_that_went_away_keeps_the_state_for_the_next(
+        make_tuner: MakeTuner, tmp_path: Path) -> None:
+    tuner, node, _sp = make_tuner(2)
+    node.gone_at_measure = 4
+    out = tuner.run()
+    assert out.status == NODE_GONE and "resumes" in out.message
+    saved = state_file.load(tmp_path / "state.json")
+    assert saved is not None and saved.node_on == TERRAFORM and len(saved.runs) == 3
+    tuner2, node2, _ = make_tuner(2, state=saved)  # the next node: Terraform's script
+    assert tuner2.run().status == DONE
+    assert node2.current is None
+
+
+def test_a_last_good_that_no_longer_boots_falls_back_to_terraform(
+        make_tuner: MakeTuner) -> None:
+    tuner, node, _sp = make_tuner(1)
+    boots = {"n": 0}
+    real = node.apply
+
+    def flaky(overlay: Any) -> BootRecord:
+        boots["n"] += 1
+        if boots["n"] == 3:  # the third candidate fails, then its return to #2 fails too
+            real(overlay)
+            return BootRecord(False, 10.0, error="boot failed")
+        if boots["n"] == 4:
+            real(overlay)
+            return BootRecord(False, 10.0, error="boot failed again")
+        return real(overlay)
+
+    node.apply = flaky  # type: ignore[method-assign]
+    assert tuner.run().status == DONE
+    assert node.log[4] == ("restore", None)  # c3 failed, its return to c2 too: Terraform
+
+
+def test_when_even_terraforms_script_fails_it_says_what_to_run(make_tuner: MakeTuner) -> None:
+    tuner, node, _ = make_tuner(1)
+    node.interrupt_at_measure = 1
+    node.restore = lambda: BootRecord(False, 5.0, error="watcher: failed")  # type: ignore
+    out = tuner.run()
+    assert out.status == INTERRUPTED
+    tuner2, _, _ = make_tuner(1, state=tuner.state, node=node)
+    out2 = tuner2.run()
+    assert out2.status == FAILED and "npx cdktf deploy flex" in out2.message

@@ -1,0 +1,170 @@
+"""`tpuserve tune STACK`: the measured flag search on the stack's own node (tpuserve/tune/)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tpuserve.ops.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, OpsError
+
+from . import common
+from .common import StackArg, command, console, emit_json
+
+EXIT_BUDGET = 3
+DEFAULT_CONTEXTS, DEFAULT_CLIENTS = "1024,8192", "1,16,64"
+
+
+def node_for(d: Any, raw: Any, workload: Any, api_key: str | None) -> Any:
+    """The stack's node as a TuneNode (tpuserve/tune/tpu_node.py: the TPU API's metadata
+    patch, the watcher's re-run, guest-attribute boot phases; the benchmark measures)."""
+    from tpuserve.tune.bench_measure import bench_measure
+    from tpuserve.tune.tpu_node import TpuNode
+
+    if workload.trace:
+        raise OpsError("--trace: replaying a trace through the benchmark on a node is not "
+                       "built yet; measure cells (--contexts, --clients)", exit_code=EXIT_USAGE)
+    measure = bench_measure(lambda: common.resolve_target(d.name, None, api_key)[0],
+                            d.vllm.max_model_len, common.log)
+    return TpuNode(d, raw, common.tpu_api(), measure=measure)
+
+
+def _ints(option: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise OpsError(f"{option} = {text!r}: a comma-separated list of positive integers",
+                       exit_code=EXIT_USAGE)
+    return values
+
+
+def _confirmed() -> bool:
+    try:
+        return typer.confirm("start?", default=False, err=True)
+    except typer.Abort:  # no answer (end of input)
+        return False
+
+
+Limit = Annotated[float | None, typer.Option(min=0.001, show_default=False)]
+
+
+@command
+def tune(
+    stack: StackArg,
+    contexts: Annotated[str, typer.Option(help="Prompt lengths in tokens.")] = DEFAULT_CONTEXTS,
+    clients: Annotated[str, typer.Option(help="Concurrent streams.")] = DEFAULT_CLIENTS,
+    output_tokens: Annotated[int, typer.Option(help="Tokens generated per request.",
+                                               min=2)] = 256,
+    trace: Annotated[Path | None, typer.Option(
+        help='A request trace instead of the cells: JSON Lines of {"prompt_tokens": int, '
+        '"output_tokens": int}.', show_default=False)] = None,
+    repetitions: Annotated[int, typer.Option(
+        help="Repetitions at the first rung (doubled at each later one; cv needs >= 2).",
+        min=1)] = 2,
+    max_ttft_p90_ms: Limit = None,
+    max_tpot_p50_ms: Limit = None,
+    min_stream_tok_s: Limit = None,
+    budget_usd: Annotated[float | None, typer.Option(
+        help="Stop (exit 3) before a candidate would take the cost past this.", min=0,
+        show_default=False)] = None,
+    budget_hours: Annotated[float | None, typer.Option(
+        help="Stop (exit 3) before a candidate would take the node time past this.", min=0,
+        show_default=False)] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Start without asking.")] = False,
+    keep_best: Annotated[bool, typer.Option(
+        "--keep-best", help="Leave the node on the chosen config (status and review report "
+        "the drift until the overlay is deployed).")] = False,
+    write: Annotated[Path | None, typer.Option(
+        help="Write the overlay ([stacks.NAME]) here.", show_default=False)] = None,
+    out: Annotated[Path, typer.Option(help="Directory for the report and chart.")] = Path("out"),
+    state: Annotated[Path | None, typer.Option(
+        help="State file (default: .tpuserve/tune-STACK.json beside the config).",
+        show_default=False)] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Ignore a saved state.")] = False,
+    pr: Annotated[bool, typer.Option("--pr", help="Commit the overlay on a branch and open a "
+                                     "pull request with gh (or print the commands).")] = False,
+    api_key: common.ApiKeyOpt = None,
+    json_output: common.JsonOpt = False,
+) -> None:
+    """Search the stack's serving flags on its own node: candidates from the planner, applied
+    in place, measured with the project's benchmark, chosen for $/M output tokens under your
+    constraints; writes a TOML overlay, a Markdown report and a Pareto chart. Exit codes: 0
+    done, 1 failed, 2 usage, 3 budget reached, 130 interrupted."""
+    from tpuserve.settings.loader import from_raw, load_raw
+    from tpuserve.tune import session
+    from tpuserve.tune.result import Summary
+    from tpuserve.tune.runner import BUDGET, DONE, INTERRUPTED, Budget, Tuner, estimate
+    from tpuserve.tune.state import TERRAFORM
+    from tpuserve.tune.workload import Workload, read_trace
+
+    common.load_stack(stack)  # the stack's name and presence, one line each
+    raw = load_raw()
+    d = from_raw(raw).deployments[stack]
+    session.refuse_fleet(d)
+    limits = session.constraints(d, max_ttft_p90_ms=max_ttft_p90_ms,
+                                 max_tpot_p50_ms=max_tpot_p50_ms,
+                                 min_stream_tok_s=min_stream_tok_s)
+    if trace is not None:
+        workload = Workload(trace=read_trace(trace, d.vllm.max_model_len),
+                            trace_path=str(trace))
+    else:
+        workload = Workload(_ints("--contexts", contexts), _ints("--clients", clients),
+                            output_tokens)
+        if max(workload.contexts) + output_tokens > d.vllm.max_model_len:
+            raise OpsError(f"--contexts {contexts}: {max(workload.contexts)} + "
+                           f"{output_tokens} output tokens exceed vllm.max_model_len = "
+                           f"{d.vllm.max_model_len}", exit_code=EXIT_USAGE)
+    path = state or session.state_path(stack)
+    prep = session.prepare(d, raw, workload, limits, repetitions, path, fresh=fresh)
+    node = node_for(d, raw, workload, api_key)
+    if prep.state.node_on == TERRAFORM and hasattr(node, "check_deployed"):
+        node.check_deployed()  # the end restores Terraform's script: it must be the node's
+    usd_h = d.usd_per_hour
+    price_source = f"[pricing] {d.price_key} x {d.tpu.chips} chip(s)"
+    est = estimate(len(prep.candidates), Budget().first_boot_s, usd_h)
+    common.log(
+        f"tune {stack}: {len(prep.candidates)} candidates ({len(prep.space.refused)} refused), "
+        f"{workload.describe()}; constraints: {limits.words()}")
+    common.log(
+        f"estimate: {est['boots']} boots x {est['boot_s']:.0f} s (SPEC 4's measured cold boot) "
+        f"= {est['hours']:.2f} node-hours, ${est['usd']:.2f} at ${usd_h:.4g}/hour "
+        f"({price_source}; derived)"
+        + (f"; resuming: {prep.state.spent_s / 3600:.2f} h spent" if prep.resumed else ""))
+    if not yes and not _confirmed():
+        raise OpsError("not started (pass --yes to start without asking)")
+    tuner = Tuner(node, prep.candidates, prep.state,
+                  save=lambda s: session.state_file.save(s, path), usd_per_hour=usd_h,
+                  limits=limits, workload=workload, base_reps=repetitions,
+                  budget=Budget(budget_usd, budget_hours), keep_best=keep_best,
+                  log=common.log)
+    outcome = tuner.run()
+    summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,
+                      outcome.best, outcome.node_on, est)
+    written = session.write_outputs(summary, prep, out, write)
+    common.log(f"{outcome.message}; the node is on: {outcome.node_on}")
+    if pr and outcome.status == DONE and "overlay" in written:
+        from tpuserve.tune.pr import open_pr
+
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S")
+        open_pr([Path(written["overlay"])], Path(written["report"]), f"tune-{stack}-{stamp}",
+                f"tune {stack}: {outcome.best}", common.log)
+    doc = {"ok": outcome.status == DONE, "status": outcome.status, "best": outcome.best,
+           "node_on": outcome.node_on, "state": str(path), **written}
+    if json_output:
+        emit_json(doc)
+    else:
+        for key in ("overlay", "report", "chart"):
+            if key in written:
+                console.print(f"{key}: {written[key]}")
+    code = {DONE: 0, BUDGET: EXIT_BUDGET, INTERRUPTED: EXIT_INTERRUPTED}.get(outcome.status,
+                                                                             EXIT_FAILED)
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune)

@@ -1,0 +1,51 @@
+"""A TuneNode's `measure` on a real server: the project's benchmark (ops/bench.py, what
+`tpuserve bench` runs) over the workload's cells, its figures as bench reports them. A sweep
+with a failed request is no proof the config serves: the candidate fails (fail closed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tpuserve.ops import bench as engine
+from tpuserve.ops import server
+from tpuserve.ops.bounded_http import Deadline
+from tpuserve.ops_error import OpsError
+from tpuserve.tune.node import CandidateFailed, Measurement
+from tpuserve.tune.workload import Workload
+
+if TYPE_CHECKING:
+    from tpuserve.ops.server import ServerTarget
+
+
+def bench_measure(target_for: Callable[[], ServerTarget], max_model_len: int,
+                  log: Callable[[str], None] = lambda _: None,
+                  ) -> Callable[[Workload, int], Measurement]:
+    def measure(workload: Workload, repetitions: int) -> Measurement:
+        if workload.trace:
+            raise OpsError("--trace: replaying a trace through the benchmark is not built yet; "
+                           "measure cells (--contexts, --clients)")
+        plan = engine.BenchPlan(contexts=workload.contexts, clients=workload.clients,
+                                repetitions=repetitions, output_tokens=workload.output_tokens)
+        start = time.monotonic()
+        try:
+            target = target_for()
+            with server.http_client(60.0, verify=target.ssl_context,
+                                    deadline=Deadline(engine.PREFLIGHT_DEADLINE_S)) as http:
+                model, mml = server.served_model(http, target)
+                plan.validate(mml or max_model_len)
+                words, counted, method = engine.calibrate_prompts(
+                    plan.contexts, lambda m: server.tokenize_count(http, target, model, m))
+            result = asyncio.run(engine.run_bench(
+                target, model, plan, words, prompt_length_method=method,
+                prompt_tokens_target=counted, progress=log))
+        except OpsError as exc:
+            raise CandidateFailed(f"the benchmark failed: {exc.line}") from None
+        if result.errors or not result.cells:
+            raise CandidateFailed(f"{result.errors} request(s) failed in the benchmark; "
+                                  f"{len(result.cells)} cell(s) measured")
+        return Measurement(tuple(result.cells), time.monotonic() - start, result.errors)
+
+    return measure

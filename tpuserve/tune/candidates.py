@@ -1,0 +1,183 @@
+"""The configs the tuner may try: sets per flag from the planner or [tune], each candidate
+validated through the real settings model and planner; a refused one is dropped with its reason.
+
+Speculative decoding is not among the flags: the settings have no `[vllm] speculative_config`
+yet, and a candidate is only ever a config the settings can express and validate.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpuserve.facts import GPU_MEM_CEILING, GPU_MEM_FATAL, MM_ITEM_TOKENS
+from tpuserve.settings import ConfigError, Deployment
+from tpuserve.settings.accelerator_rules import memory_ceiling
+from tpuserve.settings.loader import deep_merge, from_raw
+
+# The flags searched, in the order every table shows them: (name, where it lives in [vllm]).
+DIMENSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("max_num_batched_tokens", ("max_num_batched_tokens",)),
+    ("max_num_seqs", ("max_num_seqs",)),
+    ("max_model_len", ("max_model_len",)),
+    ("VLLM_TPU_BUCKET_PADDING_GAP", ("env", "VLLM_TPU_BUCKET_PADDING_GAP")),
+    ("NUM_PRECOMPILE_WORKERS", ("env", "NUM_PRECOMPILE_WORKERS")),
+    ("gpu_memory_utilization", ("gpu_memory_utilization",)),
+)
+NAMES = tuple(n for n, _ in DIMENSIONS)
+UNSET = "unset"  # max_num_seqs left to vLLM's default
+_SHORT = {"max_num_batched_tokens": "b", "max_num_seqs": "s", "max_model_len": "l",
+          "VLLM_TPU_BUCKET_PADDING_GAP": "g", "NUM_PRECOMPILE_WORKERS": "w",
+          "gpu_memory_utilization": "m"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One config: a value per searched flag."""
+
+    values: tuple[tuple[str, Any], ...]  # in DIMENSIONS' order
+
+    @property
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    @property
+    def id(self) -> str:
+        """A short stable name: b4096 s- l32768 g0 w1 m0.92."""
+        return " ".join(f"{_SHORT[k]}{'-' if v == UNSET else v}" for k, v in self.values)
+
+    def overlay(self) -> dict[str, Any]:
+        """The [vllm] table that sets this config over the stack's own."""
+        out: dict[str, Any] = {}
+        for name, path in DIMENSIONS:
+            value = self.as_dict[name]
+            if value == UNSET:
+                continue
+            table = out
+            for key in path[:-1]:
+                table = table.setdefault(key, {})
+            table[path[-1]] = value
+        if self.as_dict["gpu_memory_utilization"] > GPU_MEM_CEILING:
+            # Above the measured ceiling: allowed for this candidate only (SPEC 4).
+            out["allow_untested_gpu_memory_utilization"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Refused:
+    what: str  # a candidate's id, or `setting = value` for a value refused on its own
+    reason: str
+
+
+@dataclass(frozen=True)
+class Space:
+    candidates: tuple[Candidate, ...]
+    refused: tuple[Refused, ...]
+    baseline: Candidate  # the stack's own config, as a candidate
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def default_sets(d: Deployment) -> dict[str, list[Any]]:
+    """The planner's sets for the stack, before validation: each holds the configured value."""
+    v = d.vllm
+    mm = v.disable_chunked_mm_input and any(v.limit_mm_per_prompt.values())
+    # At or above the multimodal floor's power-of-two bucket (SPEC 4: 2496 compiled as 4096).
+    low = _pow2_at_least(MM_ITEM_TOKENS if mm else v.max_num_batched_tokens)
+    ceiling = memory_ceiling(d.tpu.accelerator).value
+    # 0.01 steps from the slice's ceiling up to, not including, the lowest measured failure.
+    steps = round((GPU_MEM_FATAL - ceiling) * 100)
+    sets: dict[str, list[Any]] = {
+        "max_num_batched_tokens": [low, low * 2],
+        "max_num_seqs": [UNSET, 128],
+        "max_model_len": [v.max_model_len, v.max_model_len * 2],
+        "VLLM_TPU_BUCKET_PADDING_GAP": [0, 128],
+        "NUM_PRECOMPILE_WORKERS": [1, 2, 4],
+        "gpu_memory_utilization": [round(ceiling + i / 100, 2) for i in range(max(steps, 1))],
+    }
+    current = configured(d)
+    for name, values in sets.items():
+        if current[name] not in values:
+            values.insert(0, current[name])
+    return sets
+
+
+def configured(d: Deployment) -> dict[str, Any]:
+    """The stack's own value of every searched flag."""
+    v = d.vllm
+    return {
+        "max_num_batched_tokens": v.max_num_batched_tokens,
+        "max_num_seqs": UNSET if v.max_num_seqs is None else v.max_num_seqs,
+        "max_model_len": v.max_model_len,
+        "VLLM_TPU_BUCKET_PADDING_GAP": v.env.VLLM_TPU_BUCKET_PADDING_GAP,
+        "NUM_PRECOMPILE_WORKERS": v.env.NUM_PRECOMPILE_WORKERS,
+        "gpu_memory_utilization": v.gpu_memory_utilization,
+    }
+
+
+def sets_for(d: Deployment) -> dict[str, list[Any]]:
+    """The planner's sets, each replaced by the [tune] table's where it gives one."""
+    sets = default_sets(d)
+    for name in NAMES:
+        given = getattr(d.tune, name)
+        if given is not None:
+            sets[name] = list(dict.fromkeys(given))
+    return sets
+
+
+def refusal(raw: Mapping[str, Any], stack: str, overlay: Mapping[str, Any]) -> str | None:
+    """Why the settings and the planner refuse the stack with `overlay` over its [vllm], or
+    None when they take it."""
+    if "max_num_seqs" not in overlay and _sets_max_num_seqs(raw, stack):
+        return ("vllm.max_num_seqs: the config sets it and a TOML overlay cannot unset it "
+                "(TOML has no null)")
+    table = deep_merge(raw.get("stacks", {}).get(stack, {}), {"vllm": dict(overlay)})
+    try:
+        from_raw({**raw, "stacks": {stack: table}})
+    except ConfigError as exc:
+        return "; ".join(exc.problems)
+    return None
+
+
+def _sets_max_num_seqs(raw: Mapping[str, Any], stack: str) -> bool:
+    own = raw.get("stacks", {}).get(stack, {}).get("vllm", {})
+    return "max_num_seqs" in raw.get("vllm", {}) or "max_num_seqs" in own
+
+
+def space(d: Deployment, raw: Mapping[str, Any], *, limit: int = 4096) -> Space:
+    """Every candidate the settings take, and every value or combination they refuse."""
+    sets = sets_for(d)
+    current = configured(d)
+    refused: list[Refused] = []
+    kept: dict[str, list[Any]] = {}
+    for name, values in sets.items():
+        kept[name] = []
+        for value in values:
+            probe = Candidate(tuple((n, value if n == name else current[n]) for n in NAMES))
+            why = refusal(raw, d.name, probe.overlay()) if value != current[name] else None
+            if why is None:
+                kept[name].append(value)
+            else:
+                refused.append(Refused(f"{name} = {value}", why))
+    combos = list(itertools.product(*(kept[n] for n in NAMES)))
+    if len(combos) > limit:
+        raise ValueError(f"{len(combos)} candidates: more than {limit}; restrict the sets in "
+                         "[tune]")
+    out: list[Candidate] = []
+    for combo in combos:
+        c = Candidate(tuple(zip(NAMES, combo, strict=True)))
+        why = refusal(raw, d.name, c.overlay())
+        if why is None:
+            out.append(c)
+        else:
+            refused.append(Refused(c.id, why))
+    return Space(tuple(out), tuple(refused),
+                 Candidate(tuple((n, current[n]) for n in NAMES)))
+
+
+def by_id(candidates: Sequence[Candidate]) -> dict[str, Candidate]:
+    return {c.id: c for c in candidates}

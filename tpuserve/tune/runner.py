@@ -1,0 +1,225 @@
+"""The tuning loop: one candidate at a time, the state saved after each, the budget checked
+before each, and the node never left on a half-tried config.
+
+A candidate that fails to boot or crashes is recorded with its error and the node goes back to
+the last good config (the last one fully tried, or Terraform's script). An interruption
+(Ctrl-C, any exception) does the same before the tuner exits, with a second Ctrl-C deferred
+until the node is back; a node that went away (a flex run's end) is left to its provider and
+the state kept for a resume on the next node. At the end the node returns to Terraform's
+script, or stays on the best config with keep_best.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tpuserve.tune import halving
+from tpuserve.tune.candidates import Candidate
+from tpuserve.tune.node import BootRecord, CandidateFailed, NodeGone, TuneNode
+from tpuserve.tune.score import Constraints, score
+from tpuserve.tune.state import TERRAFORM, Run, TuneState
+from tpuserve.tune.workload import Workload
+
+DONE, BUDGET, INTERRUPTED, FAILED, NODE_GONE = "done", "budget", "interrupted", "failed", \
+    "node-gone"
+
+
+@dataclass(frozen=True)
+class Budget:
+    usd: float | None = None
+    hours: float | None = None
+    first_boot_s: float = 857.0  # before any run: SPEC 4's cold boot (measured)
+
+    def stop_reason(self, state: TuneState, usd_per_hour: float) -> str | None:
+        """Why the next candidate would pass the budget, or None."""
+        runs = [r for rs in state.runs.values() for r in rs]
+        each = (sum(r.boot.boot_s + r.measure_s for r in runs) / len(runs)) if runs \
+            else self.first_boot_s
+        hours = (state.spent_s + each) / 3600
+        if self.hours is not None and hours > self.hours:
+            return (f"the next candidate would take the node time to {hours:.2f} h, past "
+                    f"--budget-hours {self.hours:g} (spent {state.spent_s / 3600:.2f} h)")
+        if self.usd is not None and hours * usd_per_hour > self.usd:
+            return (f"the next candidate would take the cost to ${hours * usd_per_hour:.2f}, "
+                    f"past --budget-usd {self.usd:g} (spent "
+                    f"${state.spent_s / 3600 * usd_per_hour:.2f})")
+        return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # DONE, BUDGET, INTERRUPTED, FAILED, NODE_GONE
+    best: str | None
+    node_on: str  # the config the node is on at the end: TERRAFORM or a candidate id
+    message: str
+
+
+class NotRestored(Exception):
+    """The node could not be put back on a known-good config."""
+
+
+@contextmanager
+def _deferred_sigint() -> Iterator[None]:
+    """A Ctrl-C while the node is being put back waits until it is back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if caught:
+        raise KeyboardInterrupt
+
+
+class Tuner:
+    def __init__(self, node: TuneNode, candidates: Mapping[str, Candidate], state: TuneState,
+                 *, save: Callable[[TuneState], None], usd_per_hour: float,
+                 limits: Constraints, workload: Workload, base_reps: int = 2,
+                 budget: Budget | None = None, keep_best: bool = False,
+                 log: Callable[[str], None] = lambda _: None) -> None:
+        self.node, self.candidates, self.state = node, candidates, state
+        self._save, self.usd_per_hour, self.limits = save, usd_per_hour, limits
+        self.workload, self.base_reps = workload, base_reps
+        self.budget, self.keep_best, self.log = budget or Budget(), keep_best, log
+
+    def save(self) -> None:
+        self._save(self.state)
+
+    def run(self) -> Outcome:
+        s = self.state
+        try:
+            if not s.settled:  # a resume after an interruption mid-candidate
+                self.log(f"the node may be on the half-tried {s.node_on}: returning it to "
+                         f"{s.last_good}")
+                self._return_to_last_good()
+            while not s.done:
+                if not s.pending:
+                    halving.advance(s)
+                    self.save()
+                    continue
+                cid = s.pending[0]
+                if (why := self.budget.stop_reason(s, self.usd_per_hour)) is not None:
+                    end = self._end()
+                    return Outcome(BUDGET, halving.best(s), end, f"budget reached: {why}")
+                self._try(cid)
+                s.pending.pop(0)
+                self.save()
+            end = self._end()
+            best = halving.best(s)
+            if best is None:
+                return Outcome(FAILED, None, end, "no candidate met the constraints "
+                               f"({self.limits.words()}) with a measurement")
+            return Outcome(DONE, best, end, f"done: best {best}")
+        except KeyboardInterrupt:
+            return Outcome(INTERRUPTED, halving.best(s), self._back_or_say(),
+                           "interrupted: the state is saved; run the same command to resume")
+        except NodeGone as exc:
+            s.settled, s.node_on = True, TERRAFORM  # a new node boots Terraform's script
+            self.save()
+            return Outcome(NODE_GONE, halving.best(s), "none (the node is gone)",
+                           f"the node went away ({exc}): the state is saved; on the next node "
+                           "the same command resumes, its compile cache warm")
+        except NotRestored as exc:
+            self.save()
+            return Outcome(FAILED, halving.best(s), s.node_on, str(exc))
+        except Exception:
+            self.log(f"the tuner failed; the node is on: {self._back_or_say()}")
+            raise
+
+    def _back_or_say(self) -> str:
+        try:
+            with _deferred_sigint():
+                self._return_to_last_good()
+        except NotRestored as exc:
+            self.log(str(exc))
+        except KeyboardInterrupt:
+            pass
+        self.save()
+        return self.state.node_on
+
+    def _try(self, cid: str) -> None:
+        s, c = self.state, self.candidates[cid]
+        reps = halving.reps_at(s.rung, self.base_reps)
+        self.log(f"rung {s.rung}: {cid} ({reps} reps)")
+        s.node_on, s.settled = cid, False
+        self.save()  # a crash from here on is known on resume
+        boot: BootRecord | None = None
+        try:
+            boot = self.node.apply(c.overlay())
+            s.spent_s += boot.boot_s
+            if not boot.ok:
+                raise CandidateFailed(boot.error or "did not reach readiness", boot)
+            m = self.node.measure(self.workload, reps)
+            s.spent_s += m.duration_s
+        except CandidateFailed as exc:
+            rec = exc.boot or boot or BootRecord(False, 0.0, error=exc.reason)
+            s.runs.setdefault(cid, []).append(Run(s.rung, reps, rec, error=exc.reason))
+            self.log(f"{cid} failed: {exc.reason}; returning the node to {s.last_good}")
+            self.save()
+            self._return_to_last_good()
+            return
+        run = Run(s.rung, reps, boot, score(m.cells, self.usd_per_hour, self.limits),
+                  measure_s=m.duration_s)
+        s.runs.setdefault(cid, []).append(run)
+        s.settled, s.last_good = True, cid
+        assert run.score is not None
+        self.log(f"{cid}: ${run.score.usd_per_m:.4f}/M, {run.score.tok_s:.1f} tok/s, boot "
+                 f"{boot.boot_s:.0f} s" + (f"; breaks {', '.join(run.score.violations)}"
+                                           if run.score.violations else ""))
+
+    def _put(self, target: str) -> None:
+        """Boot TARGET (a candidate or Terraform's script); a Ctrl-C meanwhile waits."""
+        with _deferred_sigint():
+            try:
+                rec = (self.node.restore() if target == TERRAFORM
+                       else self.node.apply(self.candidates[target].overlay()))
+            except CandidateFailed as exc:
+                rec = exc.boot or BootRecord(False, 0.0, error=exc.reason)
+            self.state.spent_s += rec.boot_s
+            if not rec.ok:
+                raise NotRestored(
+                    f"the node did not boot {target} ({rec.error}); it is on a config that "
+                    f"failed: run `npx cdktf deploy {self.state.stack}` to put Terraform's "
+                    "script back")
+            self.state.node_on, self.state.settled = target, True
+
+    def _return_to_last_good(self) -> None:
+        """Back to the last config fully tried; Terraform's script if that fails to boot."""
+        s = self.state
+        if s.settled and s.node_on == s.last_good:
+            return
+        try:
+            self._put(s.last_good)
+        except NotRestored as exc:
+            if s.last_good == TERRAFORM:
+                raise
+            self.log(f"{exc}; trying Terraform's script")
+            s.last_good = TERRAFORM
+            self._put(TERRAFORM)
+        self.save()
+
+    def _end(self) -> str:
+        """Terraform's script back on the node, or the best config with keep_best."""
+        s = self.state
+        target = halving.best(s) if self.keep_best else None
+        target = target or TERRAFORM
+        if not (s.settled and s.node_on == target):
+            self._put(target)
+        s.last_good = target
+        self.save()
+        return target
+
+
+def estimate(n_candidates: int, boot_s: float, usd_per_hour: float) -> dict[str, Any]:
+    """Node time and money of the whole schedule: boots x the boot time at the stack's price."""
+    boots = sum(halving.schedule(n_candidates))
+    hours = boots * boot_s / 3600
+    return {"boots": boots, "boot_s": boot_s, "hours": hours, "usd": hours * usd_per_hour}

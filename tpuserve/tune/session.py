@@ -1,0 +1,120 @@
+"""One `tpuserve tune` session: the search prepared from the config (candidates, constraints,
+workload, state file), and its outputs written (overlay, report, chart)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpuserve.contracts import CONFIG_ENV
+from tpuserve.kinds import KINDS, words
+from tpuserve.ops_error import EXIT_USAGE, OpsError
+from tpuserve.settings import Deployment
+from tpuserve.settings.loader import CONFIG_SEPARATOR
+from tpuserve.tune import chart, halving, result
+from tpuserve.tune import state as state_file
+from tpuserve.tune.candidates import Candidate, Space, by_id, space
+from tpuserve.tune.score import Constraints
+from tpuserve.tune.state import TuneState
+from tpuserve.tune.workload import Workload
+
+
+def refuse_fleet(d: Deployment) -> None:
+    """Tuning patches one node in place; GKE rolls the fleet's replicas itself."""
+    if d.kind.on_gke:
+        vms = words(tuple(k.name for k in KINDS if not k.on_gke))
+        raise OpsError(f"tune {d.name}: GKE rolls the fleet's replicas, so no node can be "
+                       f"tuned in place; tune a {vms} node with the same model and chip",
+                       exit_code=EXIT_USAGE)
+
+
+def constraints(d: Deployment, **given: float | None) -> Constraints:
+    """The command's options, each falling back to the [tune] key of its name."""
+    return Constraints(**{k: v if v is not None else getattr(d.tune, k)
+                          for k, v in given.items()})
+
+
+def state_path(stack: str, environ: Mapping[str, str] | None = None) -> Path:
+    """.tpuserve/tune-STACK.json beside the config: the last TPUSERVE_CONFIG file's
+    directory (the user's own), else the working directory."""
+    env = os.environ if environ is None else environ
+    files = [p for p in env.get(CONFIG_ENV, "").split(CONFIG_SEPARATOR) if p]
+    where = Path(files[-1]).resolve().parent if files else Path.cwd()
+    return where / ".tpuserve" / f"tune-{stack}.json"
+
+
+def fingerprint(sp: Space, workload: Workload, limits: Constraints, base_reps: int) -> str:
+    doc = {"candidates": [c.id for c in sp.candidates], "workload": workload.to_json(),
+           "limits": limits.to_json(), "base_reps": base_reps, "eta": halving.ETA}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class Prepared:
+    space: Space
+    candidates: dict[str, Candidate]
+    state: TuneState
+    path: Path
+    resumed: bool
+
+
+def prepare(d: Deployment, raw: Mapping[str, Any], workload: Workload, limits: Constraints,
+            base_reps: int, path: Path, *, fresh: bool) -> Prepared:
+    try:
+        sp = space(d, raw)
+    except ValueError as exc:
+        raise OpsError(f"tune {d.name}: {exc}", exit_code=EXIT_USAGE) from None
+    if not sp.candidates:
+        first = sp.refused[0].reason if sp.refused else "no values"
+        raise OpsError(f"tune {d.name}: every candidate is refused by the settings or the "
+                       f"planner (first: {first})", exit_code=EXIT_USAGE)
+    fp = fingerprint(sp, workload, limits, base_reps)
+    try:
+        old = None if fresh else state_file.load(path)
+    except ValueError as exc:
+        raise OpsError(f"{exc}; remove it or pass --fresh", exit_code=EXIT_USAGE) from None
+    if old is not None and (old.fingerprint != fp or old.stack != d.name):
+        raise OpsError(f"{path}: the saved search had other candidates, workload or "
+                       "constraints; rerun it with the same ones to resume, or pass --fresh "
+                       "to start over", exit_code=EXIT_USAGE)
+    if old is not None:
+        return Prepared(sp, by_id(sp.candidates), old, path, True)
+    ids = [c.id for c in sp.candidates]
+    st = TuneState(d.name, fp, at_rung=list(ids), pending=list(ids))
+    return Prepared(sp, by_id(sp.candidates), st, path, False)
+
+
+def write_outputs(summary: result.Summary, prep: Prepared, out_dir: Path,
+                  overlay_path: Path | None) -> dict[str, str]:
+    """The report and chart in out_dir, the overlay at --write (or out_dir) when a config
+    was chosen; each written whole (a temporary file renamed)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    stem = f"tune-{summary.stack}"
+    pts = result.points(prep.state)
+    png = chart.write(out_dir / f"{stem}-pareto.png", {k: v[:2] for k, v in pts.items()},
+                      set(result.pareto_set(prep.state)), summary.best)
+    written["chart"] = str(png)
+    if summary.best is not None:
+        text = result.overlay_toml(summary, prep.candidates[summary.best], prep.state,
+                                   prep.candidates)
+        target = overlay_path or out_dir / f"{stem}-overlay.toml"
+        _write(target, text)
+        written["overlay"] = str(target)
+    report = out_dir / f"{stem}-report.md"
+    _write(report, result.report_md(summary, prep.state, prep.candidates, prep.space.refused,
+                                    png.name))
+    written["report"] = str(report)
+    return written
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,119 @@
+"""The TuneNode of a deployed TPU VM, through the TPU API: a config is applied by writing the
+boot script its settings render into the node's `startup-script` metadata (nodes.patch); the
+node's watcher runs it, and its `reconverge` guest attribute says, for that script's sha256,
+applied or failed (ops/reconverge.py); the boot phases come from the same guest attributes
+(ops/boot_phases.py). No node is replaced and no capacity is lost.
+
+Measuring is injected (the CLI runs the project's benchmark against the node's endpoint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tpuserve.ops.boot_phases import NAMESPACE, parse_boot
+from tpuserve.ops.reconverge import FINAL_STATES, parse_reconverge
+from tpuserve.ops_error import OpsError
+from tpuserve.settings import Deployment
+from tpuserve.settings.loader import deep_merge, from_raw
+from tpuserve.tune.node import BootRecord, Measurement, NodeGone, boot_record
+from tpuserve.tune.workload import Workload
+
+SCRIPT_KEY = "startup-script"
+# A boot is bounded: SPEC 4's cold boot took 857 s; the watcher retries a failed one.
+BOOT_TIMEOUT_S = 3600.0
+POLL_S = 15.0
+# The node states in which no boot will ever end (TPU API v2 Node.State).
+_GONE = frozenset({"PREEMPTED", "TERMINATED", "DELETING", "STOPPING", "STOPPED", "HIDING",
+                   "HIDDEN"})
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def overlaid(raw: Mapping[str, Any], stack: str, overlay: Mapping[str, Any]) -> Deployment:
+    """The stack's deployment with OVERLAY over its [vllm], through the real loader."""
+    table = deep_merge(raw.get("stacks", {}).get(stack, {}), {"vllm": dict(overlay)})
+    return from_raw({**raw, "stacks": {stack: table}}).deployments[stack]
+
+
+class TpuNode:
+    def __init__(self, d: Deployment, raw: Mapping[str, Any], tpu: Any, *,
+                 measure: Callable[[Workload, int], Measurement],
+                 render: Callable[[Deployment], str] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep,
+                 poll_s: float | None = None, boot_timeout_s: float | None = None) -> None:
+        if render is None:
+            from tpuserve.render.boot_script import render_startup as render
+        self.d, self.raw, self.tpu, self._measure = d, raw, tpu, measure
+        self.render, self.clock, self.sleep = render, clock, sleep
+        self.poll_s = POLL_S if poll_s is None else poll_s
+        self.boot_timeout_s = BOOT_TIMEOUT_S if boot_timeout_s is None else boot_timeout_s
+
+    def terraform_script(self) -> str:
+        """The script Terraform deployed: what the stack's own config renders."""
+        return self.render(self.d)
+
+    def check_deployed(self) -> None:
+        """Refuse to start when the node's script is not the config's (an undeployed change,
+        or another tuner's config left on it): the end could not restore what is not known."""
+        meta = self._metadata()
+        if meta.get(SCRIPT_KEY) != self.terraform_script():
+            raise OpsError(
+                f"{self.d.name}: node {self.d.node_name}'s startup-script is not the one this "
+                f"config renders (sha256 {sha256(meta.get(SCRIPT_KEY, ''))[:12]} vs "
+                f"{sha256(self.terraform_script())[:12]})",
+                hint=f"deploy the config (npx cdktf deploy {self.d.name}) before tuning")
+
+    def apply(self, overlay: Mapping[str, Any]) -> BootRecord:
+        return self._run(self.render(overlaid(self.raw, self.d.name, overlay)))
+
+    def restore(self) -> BootRecord:
+        return self._run(self.terraform_script())
+
+    def measure(self, workload: Workload, repetitions: int) -> Measurement:
+        return self._measure(workload, repetitions)
+
+    def _metadata(self) -> dict[str, str]:
+        meta = self.tpu.node_metadata(self.d.node_path)
+        if meta is None:
+            raise NodeGone(f"node {self.d.node_name} does not exist")
+        return meta
+
+    def _run(self, script: str) -> BootRecord:
+        want = sha256(script)
+        meta = self._metadata()
+        patched = meta.get(SCRIPT_KEY) != script
+        if patched:
+            self.tpu.update_node_metadata(self.d.node_path, {**meta, SCRIPT_KEY: script})
+        start = self.clock()
+        while True:
+            attrs = self.tpu.guest_attributes(self.d, NAMESPACE)
+            word = parse_reconverge(attrs)
+            if not patched and (word is None or word.state == "watching"):
+                # The script was already the node's and the watcher never ran one: the
+                # node's own boot ran it, and its phases say how that boot ended.
+                report = parse_boot(attrs)
+                if report.state in ("ready", "failed"):
+                    return boot_record(report)
+            if word is not None and word.script_sha256 == want and word.state in FINAL_STATES:
+                rec = boot_record(parse_boot(attrs))
+                if word.state == "applied" and rec.ok:
+                    return rec
+                return BootRecord(False, rec.boot_s, rec.compile_s, rec.cache_hit,
+                                  word.why or rec.error or "failed", rec.phases)
+            node = self.tpu.get_node(self.d)
+            if node is None or node.state in _GONE:
+                raise NodeGone(f"node {self.d.node_name} is "
+                               f"{'gone' if node is None else node.state}")
+            elapsed = self.clock() - start
+            if elapsed >= self.boot_timeout_s:
+                return BootRecord(False, elapsed, error=(
+                    f"no applied or failed word for script sha256 {want[:12]} after "
+                    f"{elapsed:.0f} s"))
+            self.sleep(min(self.poll_s, self.boot_timeout_s - elapsed))
