@@ -73,12 +73,19 @@ def test_overrides_change_the_figures(default_plan: dict[str, Any]) -> None:
     assert plan_json("--stack", "spot")["provisioning_model"] == "spot"
 
 
-def test_another_model_config_and_its_weights(tmp_path: Path) -> None:
+def test_another_model_config_and_its_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"text_config": {
         "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
         "head_dim": 64, "hidden_size": 512, "intermediate_size": 1024, "vocab_size": 1000,
     }}))
+    # Under the default model this geometry is not Gemma 4 E2B's shipped one: refused.
+    refused = invoke("--model-config", str(cfg), "--weights-gib", "1")
+    assert refused.exit_code == 2 and "num_hidden_layers = 4" in refused.stderr
+    (tmp_path / "user.toml").write_text('[vllm]\nmodel = "acme/tiny-4-layer"\n')
+    monkeypatch.setenv("TPUSERVE_CONFIG", str(tmp_path / "user.toml"))
     p = plan_json("--model-config", str(cfg), "--weights-gib", "1")
     assert p["kv_bytes_per_token"] == 4 * 2 * 2 * 64 * 2  # layers x heads x (K,V) x dim x bf16
     assert p["model"]["num_hidden_layers"] == 4

@@ -263,3 +263,28 @@ def read_config(path: str | Path) -> Any:
         raise GeometryError(["the JSON nests too deeply to be a config.json"]) from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int of 5,000 digits
         raise GeometryError([f"not JSON: {' '.join(str(exc).split())[:120]}"]) from None
+
+
+# The fields that say which decoder a config.json describes: two files that differ in any of
+# them describe different models, whatever else they share.
+ARCHITECTURE_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "num_key_value_heads",
+                       "head_dim")
+
+
+def architecture(config: Any) -> dict[str, Any]:
+    """The decoder's ARCHITECTURE_FIELDS (text_config's for a multimodal config), with HF's
+    defaults where absent (KV heads = heads, head_dim = hidden / heads); GeometryError."""
+    text, _ = parse_text_config(config)
+    raw = config.get("text_config") or config
+    model_type = raw.get("model_type")
+    return {"model_type": model_type if isinstance(model_type, str) else None,
+            "num_hidden_layers": text.num_hidden_layers, "hidden_size": text.hidden_size,
+            "num_key_value_heads": text.kv_heads, "head_dim": text.dim_per_head}
+
+
+def extra_decoder_layers(config: Any) -> int:
+    """Layers a checkpoint stores beyond num_hidden_layers: multi-token-prediction heads
+    (`num_nextn_predict_layers`, DeepSeek V3 and GLM-4.5 number them after the last layer)."""
+    raw = (config.get("text_config") or config) if isinstance(config, dict) else {}
+    n = raw.get("num_nextn_predict_layers") if isinstance(raw, dict) else None
+    return n if type(n) is int and 0 <= n <= MAX_LAYERS else 0
