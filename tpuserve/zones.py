@@ -3,16 +3,23 @@ provisioning model, a zone is OFFERED, REFUSED or UNKNOWN, each verdict with its
 
 Measured facts (SPEC n of docs/measurements.md) stand over vendor ones; Google's published
 tables add zones labelled vendor, with the page and the date they were read (a stored copy of
-the page; its own age is not known here). A zone no source names is UNKNOWN: synth warns. Only a
-measured refusal is REFUSED: a zone missing from a vendor page proves nothing (pages lag the
-API), so it stays UNKNOWN. Pure data; the provisioning models are read from tpuserve.kinds.
+the page; its own age is not known here). Under both, the shipped price snapshot's zones
+(SkyPilot's catalog, whose fetcher lists each zone's TPU types from the TPU API) add zones
+labelled third-party, for spot and on-demand TPU VMs only: it says nothing of flex-start. A
+zone no source names is UNKNOWN: synth warns. Only a measured refusal is REFUSED: a zone missing
+from a vendor page or a catalog proves nothing (they lag the API), so it stays UNKNOWN. Pure
+data; the provisioning models are read from tpuserve.kinds.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 from tpuserve.kinds import KINDS, POOL_MODELS, Kind, by_model
 
@@ -28,7 +35,8 @@ class ZoneFact:
     """One verdict for one (accelerator type, provisioning model, zone), and where it is from."""
 
     state: Offer
-    source: str  # "SPEC n: measured, ..." or "vendor: <page> (<address>), read <date>"
+    # "SPEC n: measured, ...", "vendor: <page> (<address>), read <date>" or "third-party: ..."
+    source: str
 
 
 UNKNOWN = ZoneFact(Offer.UNKNOWN, "")
@@ -60,7 +68,48 @@ _MEASURED_OK = "SPEC 1: measured, the queued resource went ACTIVE"
 _MEASURED_NO = ("SPEC 1: measured, the API answered 'FLEX_START provisioning model is not "
                 'supported for accelerator type "{accel}"\'')
 
+# The shipped price snapshot (tpuserve/prices/snapshot.json): its `zones` are the AvailabilityZone
+# column of the rows it prices, per accelerator type. Read as a file, not imported (this module
+# sits below tpuserve.prices).
+SNAPSHOT = Path(__file__).with_name("prices") / "snapshot.json"
+_ORIGIN = "skypilot-catalog@8427bbf catalogs/v8/gcp/vms.csv"
+# One label per accelerator ("there": the zone it is attached to), so the generated reference
+# groups each accelerator's zones under one source.
+THIRD_PARTY = "third-party: SkyPilot's catalog lists {accel} there ({origin})"
+_ZONE = re.compile(r"[a-z]+(?:-[a-z]+)+\d{1,2}-[a-z]")
+
 Key = tuple[str, str]  # (accelerator type, provisioning model)
+
+
+class ZoneDataError(ValueError):
+    """The shipped snapshot's zones are not what this module reads (one line)."""
+
+
+@functools.cache
+def catalog_zones(path: Path = SNAPSHOT) -> Mapping[str, tuple[str, ...]]:
+    """accelerator type -> the zones the snapshot's source lists it in. Fail closed: an entry
+    that is not a known accelerator with a list of zone names raises, never guesses."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ZoneDataError(f"{path}: cannot be read as JSON ({str(exc)[:80]})") from None
+    origin = data.get("source") if isinstance(data, dict) else None
+    zones = data.get("zones") if isinstance(data, dict) else None
+    if not isinstance(zones, dict) or not zones:
+        raise ZoneDataError(f"{path}: `zones` missing or not an object")
+    out: dict[str, tuple[str, ...]] = {}
+    for accel, listed in zones.items():
+        if accel not in ACCELERATOR_TYPES:
+            raise ZoneDataError(f"{path}: zones[{str(accel)[:40]!r}]: not one of "
+                                f"{', '.join(ACCELERATOR_TYPES)}")
+        if (not isinstance(listed, list) or not listed
+                or not all(isinstance(z, str) and _ZONE.fullmatch(z) for z in listed)):
+            raise ZoneDataError(f"{path}: zones[{accel!r}]: not a list of zones like us-west4-a")
+        out[accel] = tuple(listed)
+    if origin != _ORIGIN.split(" ", 1)[0]:
+        raise ZoneDataError(f"{path}: source = {str(origin)[:40]!r}, not {_ORIGIN.split()[0]!r}"
+                            " (the zones' label names that source: update both)")
+    return out
 
 
 def _facts() -> dict[Key, dict[str, ZoneFact]]:
@@ -91,6 +140,12 @@ def _facts() -> dict[Key, dict[str, ZoneFact]]:
     add(V5E, (_FLEX,), ("us-west4-a",), ZoneFact(Offer.OFFERED, f"{_FLEX_PAGE}: for training"))
     add(V5E, (_FLEX,), ("us-central1-a",), ZoneFact(Offer.OFFERED, f"{_FLEX_PAGE}: for serving"))
     add(V6E, (_FLEX,), ("asia-northeast1-b", "us-east5-a"), ZoneFact(Offer.OFFERED, _FLEX_PAGE))
+    # Third-party, under both: the zones SkyPilot's catalog lists each slice in (its fetcher asks
+    # the TPU API per zone), for a TPU VM on demand or spot; never flex-start (its own limits).
+    for accel, zones in catalog_zones().items():
+        for z in zones:
+            add((accel,), vm, (z,), ZoneFact(Offer.OFFERED, THIRD_PARTY.format(
+                accel=accel, origin=_ORIGIN)))
     return table
 
 

@@ -72,10 +72,17 @@ def test_the_table_marks_each_figure_and_names_what_is_left_out() -> None:
     result = invoke("plan", "--placements")
     assert result.exit_code == 0, result.stderr
     out = result.stdout
-    assert "m = measured" in out and "d = derived" in out
+    assert "m = measured" in out and "d = derived" in out and "v = vendor" in out
     row = next(ln for ln in out.splitlines() if "v5litepod-1" in ln and "us-west4-a" in ln
                and " spot " in ln)
     assert "991.0 m" in row and "$0.5779 m" in row and "$0.162 d" in row
+    assert "us-west4-a v" in row  # the zone: Google's regions page, a vendor fact
+    # A third-party catalog's price, and Google's flex-start page: vendor, not derived.
+    row = next(ln for ln in out.splitlines() if "v6e-1" in ln and "us-east5-a" in ln
+               and " spot " in ln)
+    assert "$1.3500 v" in row and "yes v" in row
+    for n in data_no_zone():
+        assert f"no zone {n['accelerator_type']} {n['provisioning_model']} {n['region']}" in out
     # Every placement the table cannot price is named, with its zone; every refused slice too.
     data = placements()
     for u in data["unpriced"]:
@@ -83,6 +90,32 @@ def test_the_table_marks_each_figure_and_names_what_is_left_out() -> None:
                    if ln.startswith("unpriced"))
     for s in data["skipped"]:
         assert f"skipped {s['why']}" in out
+
+
+def data_no_zone() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = placements()["no_zone"]
+    return rows
+
+
+def test_plan_without_stack_takes_flex_else_the_first_enabled_stack(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = invoke("plan", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["stack"] == "flex"  # the default config: as it was
+    (tmp_path / "user.toml").write_text("[stacks.flex]\nenabled = false\n")
+    monkeypatch.setenv("TPUSERVE_CONFIG", str(tmp_path / "user.toml"))
+    for args in (("plan", "--json"), ("plan", "--placements", "--json")):
+        result = invoke(*args)
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout)["stack"] == "spot"  # the kinds' first, enabled
+    (tmp_path / "user.toml").write_text(
+        "[stacks.flex]\nenabled = false\n[stacks.spot]\nenabled = false\n")
+    result = invoke("plan", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["stack"] == "ondemand"
+    # Asked by name, a switched-off stack is still refused in one line.
+    result = invoke("plan", "--json", "--stack", "flex")
+    assert result.exit_code == 2 and "not in the configuration" in result.stderr
 
 
 def test_a_bench_table_is_the_measured_point(tmp_path: Path) -> None:

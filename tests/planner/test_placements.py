@@ -73,10 +73,13 @@ def rows(result: Placements) -> list[tuple[str, str, str]]:
 def test_default_models_first_rows_are_spec_7s(default: Deployment) -> None:
     result = build_placements(default, price=SPEC2_ONLY)
     assert (result.context, result.clients) == (1024, 16)
-    first, second = result.placements[:2]
+    first, twin = result.placements[:2]
     assert (first.accelerator_type, first.zone, first.provisioning_model) == (
         "v5litepod-1", "us-west4-a", "spot")
-    assert (second.accelerator_type, second.provisioning_model) == ("v5litepod-1", "flex")
+    # us-west4-b: the same price, its zone a third-party catalog's (vendor), flex-start unknown.
+    assert (twin.zone, twin.provisioning_model, twin.vendor) == ("us-west4-b", "spot", ("zone",))
+    second = next(p for p in result.placements if p.provisioning_model == "flex")
+    assert (second.accelerator_type, second.zone) == ("v5litepod-1", "us-west4-a")
     # SPEC 6 measured 991.0 tok/s at 1K x 16; SPEC 7's $0.162 (spot) and $0.168 (flex).
     assert first.output_tokens_per_second == 991.0
     assert first.usd_per_hour == 0.5779
@@ -84,6 +87,7 @@ def test_default_models_first_rows_are_spec_7s(default: Deployment) -> None:
     assert round(second.usd_per_million_tokens, 3) == 0.168
     # Everything measured stays off the list: only SPEC 5's and 7's derived figures remain.
     assert first.derived == ("usd_per_million_tokens", "kv_tokens", "kv_wall_clients")
+    assert first.vendor == ("zone",) and first.setting == ()  # the regions page names it
     assert first.price_source == "SPEC 2" and first.tensor_parallel_size == 1
     assert first.kv_tokens == 321_563 and first.flex_start_accepted is True
 
@@ -109,11 +113,15 @@ def test_every_entry_has_the_interfaces_keys(default: Deployment) -> None:
                                                     ("v6e-", "us-east5"): SPEC2}))
     for p in result.as_json()["placements"]:
         # The interface's keys, and this module's three more (the wall, and each source).
-        assert p.keys() == KEYS | {"kv_wall_clients", "fits_kv_wall", "sources"}
+        assert p.keys() == KEYS | {"kv_wall_clients", "fits_kv_wall", "sources", "vendor",
+                                   "setting"}
         assert p["provisioning_model"] in {"spot", "ondemand", "flex"}
         assert isinstance(p["flex_start_accepted"], bool)
         assert isinstance(p["price_source"], str) and p["price_source"]
-        assert set(p["derived"]) <= p.keys() - {"derived", "sources", "price_source"}
+        labelled = p["derived"] + p["vendor"] + p["setting"]
+        assert len(labelled) == len(set(labelled))  # one label per field
+        assert set(labelled) <= p.keys() - {"derived", "vendor", "setting", "sources",
+                                            "price_source"}
         for name in ("usd_per_hour", "output_tokens_per_second", "usd_per_million_tokens"):
             assert isinstance(p[name], float) and math.isfinite(p[name]) and p[name] > 0
         assert p["region"] == p["zone"].rsplit("-", 1)[0]
@@ -151,15 +159,17 @@ def test_flex_start_accepted_per_zone(default: Deployment) -> None:
     by = {(p.accelerator_type, p.zone, p.provisioning_model): p for p in result.placements}
     # SPEC 1: flex-start went ACTIVE in us-west4-a: accepted, and measured (a spot row too).
     west = by[("v5litepod-1", "us-west4-a", "spot")]
-    assert west.flex_start_accepted and "flex_start_accepted" not in west.derived
-    # Google's flex-start page names us-east5-a for v6e: accepted, a vendor figure.
+    assert west.flex_start_accepted and "flex_start_accepted" not in west.derived + west.vendor
+    # Google's flex-start page names us-east5-a for v6e: accepted, a vendor fact (not derived).
     east = by[("v6e-1", "us-east5-a", "spot")]
-    assert east.flex_start_accepted and "flex_start_accepted" in east.derived
+    assert east.flex_start_accepted and "flex_start_accepted" in east.vendor
+    assert "flex_start_accepted" not in east.derived
     assert east.sources["flex_start_accepted"].startswith("vendor")
-    # No source names flex-start in us-central1-b for v6e: not accepted (unknown is no yes).
+    # No source names flex-start in us-central1-b for v6e: not accepted (unknown is no yes),
+    # a conclusion drawn here from no source: derived.
     central = by[("v6e-1", "us-central1-b", "spot")]
-    assert central.flex_start_accepted is False
-    assert central.sources["flex_start_accepted"].startswith("unknown")
+    assert central.flex_start_accepted is False and "flex_start_accepted" in central.derived
+    assert central.sources["flex_start_accepted"].startswith("derived: no source names")
     # A flex row only where the zones table OFFERS flex-start.
     assert ("v6e-1", "us-central1-b", "flex") not in by
 
@@ -245,7 +255,8 @@ def test_pricing_settings_price_only_the_own_accelerator_and_region(
     by = {(p.accelerator_type, p.zone, p.provisioning_model): p for p in result.placements}
     own = by[("v5litepod-1", "us-west4-a", "spot")]
     assert (own.usd_per_hour, own.price_source) == (0.4, PRICING_SETTING)
-    assert "usd_per_hour" in own.derived  # a setting is not a measurement
+    # A setting is neither a measurement nor computed here: labelled a setting.
+    assert own.setting == ("usd_per_hour",) and "usd_per_hour" not in own.derived
     assert by[("v5litepod-1", "us-central1-a", "spot")].price_source == "SPEC 2"
     assert by[("v5litepod-4", "us-west4-a", "spot")].usd_per_hour == 4 * 0.5779
     assert by[("v5litepod-1", "us-west4-a", "flex")].price_source == "SPEC 2"  # not set

@@ -4,6 +4,7 @@ switches a stack off so the rest still loads."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,10 @@ def test_the_table_covers_every_accelerator_and_tpu_vm_kind() -> None:
                                        "v6e-1", "v6e-4", "v6e-8")
     for facts in zones.ZONES.values():
         for fact in facts.values():  # every verdict says where it is from
-            assert fact.source.startswith(("SPEC 1: measured", "vendor: Google's"))
-            assert fact.source.startswith("SPEC") or "read 2026-12-02" in fact.source
+            assert fact.source.startswith(("SPEC 1: measured", "vendor: Google's",
+                                           "third-party: SkyPilot's catalog lists "))
+            assert (fact.source.startswith(("SPEC", "third-party"))
+                    or "read 2026-12-02" in fact.source)
 
 
 @pytest.mark.parametrize(("accel", "model", "zone", "state", "source"), [
@@ -54,7 +57,15 @@ def test_the_table_covers_every_accelerator_and_tpu_vm_kind() -> None:
     ("v6e-1", SPOT, "us-west4-a", Offer.UNKNOWN, ""),
     ("v5litepod-1", STANDARD, "us-west4-a", Offer.OFFERED, "vendor"),
     ("v6e-4", STANDARD, "us-east1-d", Offer.OFFERED, "vendor"),
-    ("v5litepod-1", STANDARD, "asia-east1-c", Offer.UNKNOWN, ""),
+    ("v5litepod-1", STANDARD, "me-west1-a", Offer.UNKNOWN, ""),
+    # Third-party: the zones SkyPilot's catalog lists, for spot and on-demand TPU VMs only.
+    ("v5litepod-1", STANDARD, "asia-east1-c", Offer.OFFERED,
+     ("third-party: SkyPilot's catalog lists v5litepod-1 there (skypilot-catalog@8427bbf "
+      "catalogs/v8/gcp/vms.csv)")),
+    ("v5litepod-8", SPOT, "europe-west4-b", Offer.OFFERED, "third-party"),
+    ("v6e-8", SPOT, "asia-south1-c", Offer.OFFERED, "third-party"),
+    ("v5litepod-1", FLEX.provisioning_model, "asia-east1-c", Offer.UNKNOWN, ""),
+    ("v6e-1", FLEX.provisioning_model, "us-south1-a", Offer.UNKNOWN, ""),
     ("v5litepod-16", STANDARD, "us-west4-a", Offer.UNKNOWN, ""),  # not in the table
 ])
 def test_each_state_per_provisioning_model(accel: str, model: str, zone: str, state: Offer,
@@ -94,9 +105,11 @@ def test_switching_the_refused_stack_off_loads_the_rest(tmp_path: Path) -> None:
     loaded = load(environ=env)
     assert list(loaded.deployments) == ["spot", "ondemand", "fleet"]
     assert loaded.base is not None and loaded.base.gcp.zone == "europe-west4-a"
-    # The TPU VMs' zone is unknown for v5e there (the page read lists no European v5e zone).
-    assert any(w.startswith("[spot] gcp.zone = 'europe-west4-a': spot acceptance of "
-                            "v5litepod-1 is unknown") for w in loaded.warnings)
+    # The TPU VMs' zone is offered for v5e there by SkyPilot's catalog (third-party), which
+    # says nothing of flex-start: the measured refusal is flex's alone, and it is off.
+    assert zone_fact("v5litepod-1", SPOT, "europe-west4-a").source.startswith("third-party")
+    assert not any(w.startswith(("[spot] gcp.zone", "[ondemand] gcp.zone"))
+                   for w in loaded.warnings)
     assert not any(w.startswith("[flex]") for w in loaded.warnings)
 
 
@@ -107,10 +120,10 @@ def test_the_default_zone_has_no_zone_warning() -> None:
 
 
 def test_an_unknown_zone_warns_in_every_tpu_vm_stack_and_names_the_switch() -> None:
-    loaded = load(environ={"TPUSERVE_ZONE": "asia-east1-c"})
+    loaded = load(environ={"TPUSERVE_ZONE": "me-west1-a"})  # no source names v5e there
     for k in VM_KINDS:
         [warning] = zone_warnings(loaded.deployments[k.name])
-        assert warning.startswith(f"gcp.zone = 'asia-east1-c': {k.title} acceptance of "
+        assert warning.startswith(f"gcp.zone = 'me-west1-a': {k.title} acceptance of "
                                   "v5litepod-1 is unknown there (known good: ")
         assert f"[stacks.{k.name}] enabled = false" in warning
     # The fleet: one warning per node pool of fleet.provisioning (GKE's own verdicts).
@@ -168,3 +181,28 @@ def test_an_off_stack_is_not_configured_for_the_cli(tmp_path: Path,
     # The message a stack missing from the config gets (tpuserve/cli/common.py).
     assert str(err.value) == ("stack 'flex' is not in the configuration (configured: spot, "
                               "ondemand, fleet)")
+
+
+def test_every_region_the_snapshot_prices_has_its_catalogs_zones() -> None:
+    """The snapshot's zones are its source's AvailabilityZone column: each region it prices a
+    slice in names at least one zone, and each zone is of a region it has a row for."""
+    data = json.loads(zones.SNAPSHOT.read_text())
+    listed = zones.catalog_zones()
+    for accel, region, *_ in data["rows"]:
+        assert any(z.rsplit("-", 1)[0] == region for z in listed[accel]), (accel, region)
+    rows = {(a, r) for a, r, *_ in data["rows"]}
+    assert all((a, z.rsplit("-", 1)[0]) in rows for a, zs in listed.items() for z in zs)
+
+
+@pytest.mark.parametrize("body", [
+    "not json", json.dumps({"source": "skypilot-catalog@8427bbf"}),
+    json.dumps({"source": "skypilot-catalog@8427bbf", "zones": {"v5litepod-16": ["us-west4-a"]}}),
+    json.dumps({"source": "skypilot-catalog@8427bbf", "zones": {"v6e-1": ["us-west4"]}}),
+    json.dumps({"source": "skypilot-catalog@8427bbf", "zones": {"v6e-1": []}}),
+    json.dumps({"source": "another@1", "zones": {"v6e-1": ["us-west4-a"]}}),
+])
+def test_malformed_snapshot_zones_are_refused(tmp_path: Path, body: str) -> None:
+    path = tmp_path / "snapshot.json"
+    path.write_text(body)
+    with pytest.raises(zones.ZoneDataError):
+        zones.catalog_zones(path)

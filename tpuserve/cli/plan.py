@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from tpuserve.facts import E2B_WEIGHTS_GIB
-from tpuserve.kinds import STACK_NAMES
+from tpuserve.kinds import KINDS, STACK_NAMES
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_throughput
 from tpuserve.planner.base_cost import dormant_base
@@ -30,9 +30,27 @@ from .common import JsonOpt, command, console, emit_json, err_console
 _FILE = {"exists": True, "dir_okay": False, "readable": True, "show_default": False}
 
 
-def _stack_deployment(stack: str, vllm: dict[str, Any], capacity: dict[str, Any]) -> Deployment:
+# The stack `plan` reads without --stack: the flex-start TPU VM's (picked by its capacity flag,
+# never by name), else the first enabled stack in the kinds' order.
+_PREFERRED = next(k.name for k in KINDS if k.queued_resource)
+
+
+def default_stack(raw: Mapping[str, Any]) -> str:
+    """The preferred stack where it is configured and on; else the first that is (kinds'
+    order, then any other configured name); else the preferred one (its error says why)."""
+    stacks = raw.get("stacks", {})
+    if not isinstance(stacks, Mapping):
+        return _PREFERRED
+    off = switched_off(raw)
+    names = [_PREFERRED, *STACK_NAMES, *(s for s in stacks if s not in STACK_NAMES)]
+    return next((s for s in names if s in stacks and s not in off), _PREFERRED)
+
+
+def _stack_deployment(stack: str | None, vllm: dict[str, Any],
+                      capacity: dict[str, Any]) -> Deployment:
     """The configured stack with the overrides merged into its [stacks.NAME] table."""
     raw = load_raw()
+    stack = default_stack(raw) if stack is None else stack
     stacks = raw.get("stacks", {})
     if not isinstance(stacks, Mapping) or not isinstance(stacks.get(stack, {}), Mapping):
         from_raw(raw)  # a malformed [stacks] table: the loader's message (ConfigError)
@@ -79,9 +97,9 @@ def _finite(value: Any) -> Any:
 
 @command
 def plan(
-    stack: Annotated[str, typer.Option("--stack", help=f"Stack: {', '.join(STACK_NAMES)}.")] = (
-        "flex"
-    ),
+    stack: Annotated[str | None, typer.Option(
+        "--stack", help=f"Stack: {', '.join(STACK_NAMES)} (default: {_PREFERRED}, else the "
+        "first enabled stack).", show_default=False)] = None,
     model_config: Annotated[Path | None, typer.Option(
         "--model-config", help="A Hugging Face config.json (top level or text_config) instead "
         "of the configured geometry.", **_FILE)] = None,
@@ -128,6 +146,7 @@ def plan(
         if model_config is not None:
             _check_model_config(model_config)
         d = _stack_deployment(stack, vllm, capacity)
+        stack = d.name  # the default's pick, where --stack was not given
     except ConfigError as exc:
         # One line per problem: each already names the setting, the value and the rule.
         for problem in exc.problems:

@@ -1,5 +1,6 @@
 """Render `plan --placements`: one table of the placements, cheapest $/M output tokens first,
-each figure marked m (measured) or d (derived), then what was left out and why."""
+each figure marked m (measured), v (vendor), s (setting) or d (derived), then what was left out
+and why."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from rich.table import Table
 
 from tpuserve.planner.placements import Placement, Placements, Unpriced
 
-LEGEND = ("m = measured (docs/measurements.md), d = derived (computed here, from vendor or "
-          "derived inputs; `--json` names each figure's source). Flex: whether the zone "
-          "takes flex-start.")
+LEGEND = ("m = measured (docs/measurements.md), v = vendor (read from Google's pages or a third "
+          "party's catalog, not measured here), s = your [pricing] setting, d = derived "
+          "(computed here; `--json` names each figure's source). Flex: whether the zone takes "
+          "flex-start.")
 
 
 # Wide enough for every column unwrapped: a narrower terminal wraps lines, it cuts no figure.
@@ -33,7 +35,15 @@ def _cell(p: Placement, name: str, fmt: str) -> str:
     text = ("yes" if value else "no") if isinstance(value, bool) else fmt.format(value)
     if name == "kv_wall_clients" and not p.fits_kv_wall:
         text += " (PAST)"
-    return f"{text} {'d' if name in p.derived else 'm'}"
+    return f"{text} {mark(p, name)}"
+
+
+def mark(p: Placement, name: str) -> str:
+    """One letter for how sure a field is: derived, vendor, setting, else measured."""
+    for letter, names in (("d", p.derived), ("v", p.vendor), ("s", p.setting)):
+        if name in names:
+            return letter
+    return "m"
 
 
 def placements_table(result: Placements) -> Table:
@@ -44,7 +54,7 @@ def placements_table(result: Placements) -> Table:
               box=box.SIMPLE_HEAD, pad_edge=False)
     t.columns[-1].no_wrap = True  # one line per placement: the source is read, not wrapped
     for p in result.placements:
-        t.add_row(p.accelerator_type, p.zone, p.provisioning_model,
+        t.add_row(p.accelerator_type, f"{p.zone} {mark(p, 'zone')}", p.provisioning_model,
                   *(_cell(p, name, fmt) for name, fmt in FIGURES), p.price_source)
     return t
 
@@ -70,5 +80,8 @@ def print_placements(result: Placements, console: Console) -> None:
         zones = ", ".join(u.zone for u in rows)
         console.print(f"unpriced {accel} {model}: {zones} (no price source names one)",
                       markup=False, soft_wrap=True)
+    for n in result.no_zone:  # priced, but no source names a zone offering it there
+        console.print(f"no zone {n.accelerator_type} {n.provisioning_model} {n.region}: "
+                      f"{n.why}", markup=False, soft_wrap=True)
     for s in result.skipped:
         console.print(f"skipped {s.why}", markup=False, soft_wrap=True)

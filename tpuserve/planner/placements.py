@@ -5,14 +5,18 @@ capacity.expected_context x expected_clients (`tpuserve plan --placements`).
 
 A placement lists a figure as measured only where it was measured (docs/measurements.md):
 Gemma 4 E2B's SPEC 6 throughput on v5litepod-1 at a measured cell, SPEC 2's prices (or a Cloud
-Billing Catalog read), SPEC 1's zone verdicts. Everything else is derived and named in the
-entry's `derived` list, with the rule it is derived by in `sources`. A throughput is derived by
+Billing Catalog read), SPEC 1's zone verdicts. A figure read from a vendor's page or a third
+party's catalog (the shipped snapshot's prices, Google's flex-start zones) is named in the
+entry's `vendor` list; a user's [pricing] figure in `setting`; a figure computed here in
+`derived`, with the rule it is derived by in `sources`. A throughput is derived by
 scaling the reference's measured point by the bytes a decode step moves (the streamed weights
 plus the KV read at the cell) over the slice's HBM bandwidth (planner/throughput.py, which
 `plan` derives its table with too).
 
 A slice the model does not fit, or whose tensor parallelism cannot work, is skipped with its
-reason; a placement no price source names is listed apart (`unpriced`), never priced by guess.
+reason; a placement no price source names is listed apart (`unpriced`), never priced by guess;
+a region a source prices where no source names a zone offering the slice is listed apart too
+(`no_zone`): every priced region is shown, none dropped silently.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from tpuserve.planner.throughput import (
     spec6_reference,
     throughput,
 )
-from tpuserve.prices import SPEC2_SOURCE, Price, price_of
+from tpuserve.prices import SPEC2_SOURCE, Price, price_of, prices_by_region, region_of
 from tpuserve.settings.accelerator_rules import memory_ceiling, tp_problems
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.deployment import Deployment
@@ -41,6 +45,7 @@ from tpuserve.settings.model_inputs import model_inputs
 from tpuserve.zones import Offer, offered, zone_fact
 
 PriceFn = Callable[[str, str, str], "Price | None"]
+RegionsFn = Callable[[str, str], Iterable[str]]  # (accelerator, model) -> the regions priced
 
 # The load the figures are for when capacity.expected_context / expected_clients are unset.
 DEFAULT_CONTEXT, DEFAULT_CLIENTS = 1024, 16
@@ -64,9 +69,11 @@ class Placement:
     kv_wall_clients: int  # most clients of expected_context the KV pool holds at once
     fits_kv_wall: bool  # expected_clients <= kv_wall_clients
     flex_start_accepted: bool
-    derived: tuple[str, ...]
+    derived: tuple[str, ...]  # computed here
     price_source: str
     sources: dict[str, str] = field(default_factory=dict)
+    vendor: tuple[str, ...] = ()  # read from a vendor's page or a third party's catalog
+    setting: tuple[str, ...] = ()  # the user's [pricing] figure
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -79,7 +86,8 @@ class Placement:
             "kv_tokens": self.kv_tokens, "kv_wall_clients": self.kv_wall_clients,
             "fits_kv_wall": self.fits_kv_wall,
             "flex_start_accepted": self.flex_start_accepted,
-            "derived": list(self.derived), "price_source": self.price_source,
+            "derived": list(self.derived), "vendor": list(self.vendor),
+            "setting": list(self.setting), "price_source": self.price_source,
             "sources": dict(self.sources),
         }
 
@@ -92,6 +100,18 @@ class Unpriced:
     zone: str
     region: str
     provisioning_model: str
+    why: str
+
+
+@dataclass(frozen=True)
+class NoZone:
+    """A region a price source names for the slice, where no source names a zone offering it
+    (tpuserve/zones.py): priced, but not placeable until a zone is known."""
+
+    accelerator_type: str
+    region: str
+    provisioning_model: str
+    price_source: str
     why: str
 
 
@@ -112,6 +132,7 @@ class Placements:
     unpriced: tuple[Unpriced, ...]
     skipped: tuple[Skipped, ...]
     reference: str
+    no_zone: tuple[NoZone, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +141,7 @@ class Placements:
             "placements": [p.as_json() for p in self.placements],
             "unpriced": [vars(u) for u in self.unpriced],
             "skipped": [vars(s) for s in self.skipped],
+            "no_zone": [vars(n) for n in self.no_zone],
         }
 
 
@@ -131,15 +153,27 @@ def expected_load(d: Deployment) -> tuple[int, int]:
     return c.expected_context, c.expected_clients
 
 
-def region_of(zone: str) -> str:
-    return zone.rsplit("-", 1)[0]
-
-
 def price_measured(price: Price) -> bool:
     """SPEC 2's prices and a Catalog read are Google's own rates read from the Billing
     Catalog (measured); a snapshot of another source or a user's setting is not."""
     return price.source.startswith((SPEC2_SOURCE, "catalog ")) or (
         price.source.startswith("snapshot ") and SPEC2_SOURCE in price.source)
+
+
+MEASURED, VENDOR, SETTING, DERIVED = "measured", "vendor", "setting", "derived"
+
+
+def price_label(price: Price, chips: int) -> str:
+    """How sure a slice's $/h is: measured (SPEC 2, a Catalog read) or the user's setting for
+    one chip; the snapshot's source's own per-slice figure is a third party's (vendor); a
+    per-chip rate times the chips is computed here (derived)."""
+    if price.source.startswith("snapshot ") and SPEC2_SOURCE not in price.source:
+        return VENDOR  # the source's per-slice price, whatever the slice
+    if chips != 1:
+        return DERIVED
+    if price.source == PRICING_SETTING:
+        return SETTING
+    return MEASURED if price_measured(price) else VENDOR
 
 
 def with_pricing_settings(d: Deployment, price: PriceFn) -> PriceFn:
@@ -221,28 +255,37 @@ def _fit(d: Deployment, a: Accelerator, geometry: ModelGeometry, ref: Reference,
                  "(SPEC 5 arithmetic)"))
 
 
-def _flex_fact(accelerator_type: str, zone: str) -> tuple[bool, str, bool]:
-    """(flex-start accepted, its source, measured) for one zone."""
+def _fact_label(source: str) -> str:
+    """A zone verdict's label: SPEC n's are measured; a Google page's or a catalog's, vendor."""
+    return MEASURED if source.startswith("SPEC") else VENDOR
+
+
+def _flex_fact(accelerator_type: str, zone: str) -> tuple[bool, str, str]:
+    """(flex-start accepted, its source, its label) for one zone. No source: taken as not
+    accepted (fail closed), a conclusion drawn here, so derived."""
     fact = zone_fact(accelerator_type, _FLEX_MODEL, zone)
     if fact.state is Offer.UNKNOWN:
-        return False, "unknown: no source names flex-start there (docs/accelerators.md)", False
-    return fact.state is Offer.OFFERED, fact.source, fact.source.startswith("SPEC")
+        return False, ("derived: no source names flex-start there, taken as not accepted "
+                       "(docs/accelerators.md)"), DERIVED
+    return fact.state is Offer.OFFERED, fact.source, _fact_label(fact.source)
 
 
 def _placement(f: _Fit, zone: str, kind: kinds.Kind, price: Price, clients: int) -> Placement:
     a = f.accelerator
     usd_per_hour = price.usd_per_chip_hour * a.chips
-    flex, flex_source, flex_measured = _flex_fact(a.accelerator_type, zone)
-    measured = {
-        "tensor_parallel_size": a.measured,
-        "usd_per_hour": price_measured(price) and a.chips == 1,
-        "output_tokens_per_second": f.tok_s.measured,
+    flex, flex_source, flex_label = _flex_fact(a.accelerator_type, zone)
+    zone_source = offered(a.accelerator_type, kind.provisioning_model)[zone]
+    labels = {
+        "zone": _fact_label(zone_source),
+        "tensor_parallel_size": MEASURED if a.measured else DERIVED,
+        "usd_per_hour": price_label(price, a.chips),
+        "output_tokens_per_second": MEASURED if f.tok_s.measured else DERIVED,
         # SPEC 7: every $/token figure is derived from the prices and the rates.
-        "usd_per_million_tokens": False,
+        "usd_per_million_tokens": DERIVED,
         # SPEC 5: the pool's bytes are measured, its tokens derived from the geometry.
-        "kv_tokens": False,
-        "kv_wall_clients": False,
-        "flex_start_accepted": flex_measured,
+        "kv_tokens": DERIVED,
+        "kv_wall_clients": DERIVED,
+        "flex_start_accepted": flex_label,
     }
     tp_source = ("measured SPEC 4 (TP 1 on v5litepod-1)" if a.measured else
                  f"derived: the {a.chips} chips of {a.accelerator_type} "
@@ -255,10 +298,12 @@ def _placement(f: _Fit, zone: str, kind: kinds.Kind, price: Price, clients: int)
         usd_per_million_tokens=usd_per_million_tokens(usd_per_hour, f.tok_s.tok_s),
         kv_tokens=f.kv_tokens, kv_wall_clients=f.kv_wall_clients,
         fits_kv_wall=clients <= f.kv_wall_clients, flex_start_accepted=flex,
-        derived=tuple(k for k, ok in measured.items() if not ok),
+        derived=tuple(k for k, v in labels.items() if v == DERIVED),
+        vendor=tuple(k for k, v in labels.items() if v == VENDOR),
+        setting=tuple(k for k, v in labels.items() if v == SETTING),
         price_source=price.source,
         sources={
-            "zone": offered(a.accelerator_type, kind.provisioning_model)[zone],
+            "zone": zone_source,
             "tensor_parallel_size": tp_source,
             "usd_per_hour": f"${price.usd_per_chip_hour:g}/chip-hour ({price.source}"
                             + (f", SKU {price.sku}" if price.sku else "") + f"){chips}",
@@ -277,30 +322,70 @@ def _sort_key(p: Placement) -> tuple[float, float, str, str, str]:
             p.provisioning_model)
 
 
-def build_placements(d: Deployment, *, price: PriceFn = price_of,
-                     reference: Reference | None = None,
+def book_prices(d: Deployment) -> tuple[PriceFn, RegionsFn]:
+    """tpuserve.prices as the deployment reads it: with its [pricing] catalog_file (None: the
+    default cache path), as Deployment.book_price does."""
+    path = d.pricing.catalog_path
+
+    def price(accelerator_type: str, region: str, provisioning_model: str) -> Price | None:
+        return price_of(accelerator_type, region, provisioning_model, catalog_file=path)
+
+    def regions(accelerator_type: str, provisioning_model: str) -> Iterable[str]:
+        return prices_by_region(accelerator_type, provisioning_model, catalog_file=path)
+
+    return price, regions
+
+
+def _usable(p: Price | None) -> Price | None:
+    """Fail closed: a rate that is no positive number, or has no source, prices nothing."""
+    if p is None or not (math.isfinite(p.usd_per_chip_hour) and p.usd_per_chip_hour > 0
+                         and p.source):
+        return None
+    return p
+
+
+def _no_zone(accelerator_type: str, kind: kinds.Kind, zoned: set[str], regions: RegionsFn,
+             price: PriceFn) -> list[NoZone]:
+    """The regions a source prices the pair in where no source names a zone offering it."""
+    out = []
+    for region in sorted(set(regions(accelerator_type, kind.provisioning_model)) - zoned):
+        p = _usable(price(accelerator_type, region, kind.provisioning_model))
+        if p is not None:
+            out.append(NoZone(accelerator_type, region, kind.provisioning_model, p.source, (
+                f"{p.source} prices {accelerator_type} {kind.title} in {region}, but no source "
+                "names a zone there offering it (tpuserve/zones.py)")))
+    return out
+
+
+def build_placements(d: Deployment, *, price: PriceFn | None = None,
+                     regions: RegionsFn | None = None, reference: Reference | None = None,
                      accelerators: Iterable[Accelerator] | None = None) -> Placements:
-    """Every placement of the deployment's model, cheapest $/M output tokens first."""
+    """Every placement of the deployment's model, cheapest $/M output tokens first.
+
+    `price` / `regions`: the price of one chip-hour, and the regions a source prices a pair
+    in (default: tpuserve.prices with the deployment's catalog_file; tests inject tables)."""
+    book_price, book_regions = book_prices(d)
     geometry = geometry_of(d)
     ref = reference or spec6_reference()
     context, clients = expected_load(d)
-    priced_by = with_pricing_settings(d, price)
+    priced_by = with_pricing_settings(d, price or book_price)
+    regions_of = regions or (book_regions if price is None else (lambda a, m: ()))
     placed: list[Placement] = []
     unpriced: list[Unpriced] = []
     skipped: list[Skipped] = []
+    no_zone: list[NoZone] = []
     for a in ACCELERATORS.values() if accelerators is None else accelerators:
         fit = _fit(d, a, geometry, ref, context, clients)
         if isinstance(fit, Skipped):
             skipped.append(fit)
             continue
         for kind in VM_KINDS:
-            for zone in offered(a.accelerator_type, kind.provisioning_model):
+            zones = offered(a.accelerator_type, kind.provisioning_model)
+            no_zone.extend(_no_zone(a.accelerator_type, kind, {region_of(z) for z in zones},
+                                    regions_of, priced_by))
+            for zone in zones:
                 region = region_of(zone)
-                p = priced_by(a.accelerator_type, region, kind.provisioning_model)
-                # Fail closed: a rate that is no positive number prices nothing.
-                if p is not None and not (math.isfinite(p.usd_per_chip_hour)
-                                          and p.usd_per_chip_hour > 0 and p.source):
-                    p = None
+                p = _usable(priced_by(a.accelerator_type, region, kind.provisioning_model))
                 if p is None:
                     unpriced.append(Unpriced(
                         a.accelerator_type, zone, region, kind.provisioning_model,
@@ -309,4 +394,4 @@ def build_placements(d: Deployment, *, price: PriceFn = price_of,
                     continue
                 placed.append(_placement(fit, zone, kind, p, clients))
     return Placements(d.vllm.model, context, clients, tuple(sorted(placed, key=_sort_key)),
-                      tuple(unpriced), tuple(skipped), ref.source)
+                      tuple(unpriced), tuple(skipped), ref.source, tuple(no_zone))
