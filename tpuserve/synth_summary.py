@@ -19,6 +19,7 @@ from tpuserve import entry_point
 from tpuserve.contracts import DATA_RESOURCE, DORMANT_OUTPUT, TEARDOWN_GUARD_ID
 from tpuserve.kinds import KINDS, STACK_NAMES
 from tpuserve.kinds.synth_lines import no_tpu
+from tpuserve.prices.price import STANDIN_PREFIX
 
 
 def summarize(stack: str, doc: dict[str, Any]) -> str:
@@ -43,20 +44,45 @@ def _names(doc: Mapping[str, Any], *words: str) -> bool:
     return all(re.search(rf"(?<![\w./-]){re.escape(w)}(?![\w./-])", text) for w in words)
 
 
+def _deployments(environ: Mapping[str, str] | None) -> Mapping[str, Any]:
+    from tpuserve.settings import ConfigError, load  # only here: the summary reads JSON
+
+    try:
+        return load(environ).deployments
+    except ConfigError as exc:
+        raise ValueError(f"the configuration does not load ({exc.problems[0]}), so which "
+                         "figures are derived is not known") from None
+
+
+def standin_marks(docs: Mapping[str, Mapping[str, Any]],
+                  environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each serving stack's mark for a $/h no source prices (its [pricing] default stands
+    in): appended to its summary line, so a stand-in is never shown as a price. {} when every
+    price has a source (the default deployment: SPEC 2 prices it)."""
+    deployments = _deployments(environ)
+    marks = {}
+    for name in docs:
+        d = deployments.get(name) if name in STACK_NAMES else None
+        if d is None:
+            continue
+        standins = [(k, p) for k in d.price_keys if (p := d.price_for(k)).standin]
+        if standins:
+            marks[name] = "; $/h a stand-in (" + "; ".join(
+                f"{k} ${p.usd_per_chip_hour:g}/chip-hour: "
+                f"{p.source.removeprefix(STANDIN_PREFIX)}; set [pricing] {k})"
+                for k, p in standins)
+    return marks
+
+
 def derived_lines(docs: Mapping[str, Mapping[str, Any]],
                   environ: Mapping[str, str] | None = None) -> list[str]:
     """What is derived in each serving stack (stacks alike grouped), from the configuration;
     [] when every stack is the measured pair. ValueError (one line) when the configuration
     does not load or does not describe a stack as synthesized: nothing is taken as measured
     that the summary cannot tell."""
-    from tpuserve.settings import ConfigError, load  # only here: the summary reads JSON
     from tpuserve.settings.derived_labels import DEPLOYMENT_KEY, derived_figures
 
-    try:
-        deployments = load(environ).deployments
-    except ConfigError as exc:
-        raise ValueError(f"the configuration does not load ({exc.problems[0]}), so which "
-                         "figures are derived is not known") from None
+    deployments = _deployments(environ)
     groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for name, doc in docs.items():
         if name not in STACK_NAMES:
@@ -87,8 +113,9 @@ def _summaries(argv: list[str]) -> int:
         print(f"no synthesized stacks under {outdir}", file=sys.stderr)
         return 1
     docs = {path.name: json.loads((path / "cdk.tf.json").read_text()) for path in stacks}
+    marks = standin_marks(docs)
     for name, doc in docs.items():
-        print(summarize(name, doc))
+        print(summarize(name, doc) + marks.get(name, ""))
     for line in derived_lines(docs):
         print(line)
     return 0

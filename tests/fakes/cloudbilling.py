@@ -3,10 +3,13 @@
   GET /v1/services/SERVICE_ID/skus?pageSize=N&pageToken=T
 answers ListSkusResponse {"skus": [Sku], "nextPageToken": "..."} (cloudbilling.v1 discovery;
 pageSize defaults to 5000, the token is opaque and is "" on the last page, as the real API
-writes it). Errors as Google answers them, google.rpc.Status with details: 401 without the
-bearer token; 403 PERMISSION_DENIED when `denied`; 403 SERVICE_DISABLED (ErrorInfo domain
-googleapis.com, metadata service and consumer) when `disabled`; 404 for a service it does not
-know; 400 for a pageToken it did not issue or a pageSize below 0. `fail_next` queues any other
+writes it). Errors as Google answers them, google.rpc.Status whose details always hold an
+ErrorInfo (AIP-193: reason, domain, metadata): 401 without the bearer token
+(CREDENTIALS_MISSING, or ACCESS_TOKEN_TYPE_UNSUPPORTED for a token it did not issue); 403
+PERMISSION_DENIED when `denied`; 403 SERVICE_DISABLED (domain googleapis.com, metadata service
+and consumer) when `disabled`; 404 for a service it does not know (and a ResourceInfo naming
+it); 400 for a pageToken it did not issue or a pageSize below 0 (and a BadRequest field
+violation naming the parameter). `fail_next` queues any other
 Status (429 RESOURCE_EXHAUSTED with RetryInfo ...). Requests and answers go through tests/fakes/
 discovery.guarded (cloudbilling.v1's document); an answer injected with `answer_next` is
 marked deliberate and passes as it is. Point code at it with
@@ -28,6 +31,8 @@ from .metadata import FaultQueue, LoopbackServer
 
 _SKUS = re.compile(r"/v1/services/([^/]+)/skus")
 COMPUTE, TPU = "6F81-5844-456A", "E000-3F24-B8AA"
+SERVICE = "cloudbilling.googleapis.com"
+METHOD = "google.cloud.billing.v1.CloudCatalog.ListSkus"
 DEFAULT_PAGE = 5000
 
 
@@ -128,11 +133,17 @@ class FakeCloudBilling:
     def _answer(self, request: Request) -> Response:
         m = _SKUS.fullmatch(request.path)
         if m is None:  # the document routes only services.list here: not served
-            return error(404, "NOT_FOUND", "The requested URL was not found on this server.")
-        if request.headers.get("Authorization") != f"Bearer {self.access_token}":
+            return error(404, "NOT_FOUND", "The requested URL was not found on this server.",
+                         reason="NOT_FOUND", domain="googleapis.com",
+                         metadata={"service": SERVICE})
+        auth = request.headers.get("Authorization")
+        if auth != f"Bearer {self.access_token}":
             return error(401, "UNAUTHENTICATED", "Request had invalid authentication "
                          "credentials. Expected OAuth 2 access token, login cookie or other "
-                         "valid authentication credential.")
+                         "valid authentication credential.",
+                         reason="CREDENTIALS_MISSING" if not auth
+                         else "ACCESS_TOKEN_TYPE_UNSUPPORTED",
+                         domain="googleapis.com", metadata={"service": SERVICE, "method": METHOD})
         if self.disabled:
             return error(403, "PERMISSION_DENIED", "Cloud Billing API has not been used in "
                          f"project {self.consumer.split('/')[-1]} before or it is disabled.",
@@ -144,10 +155,17 @@ class FakeCloudBilling:
                          reason="IAM_PERMISSION_DENIED", domain="cloudbilling.googleapis.com")
         service = m[1]
         if service not in self.services:
-            return error(404, "NOT_FOUND", f"Service {service} not found.")
+            return error(404, "NOT_FOUND", f"Service {service} not found.",
+                         reason="RESOURCE_NOT_FOUND", metadata={"service": SERVICE},
+                         extra=[{"@type": "type.googleapis.com/google.rpc.ResourceInfo",
+                                 "resourceType": "cloudbilling.googleapis.com/Service",
+                                 "resourceName": f"services/{service}", "owner": "",
+                                 "description": f"Service {service} not found."}])
         size = int(request.args.get("pageSize") or DEFAULT_PAGE)
         if size < 0:
-            return error(400, "INVALID_ARGUMENT", "page_size must be non-negative.")
+            return error(400, "INVALID_ARGUMENT", "page_size must be non-negative.",
+                         reason="INVALID_ARGUMENT", metadata={"service": SERVICE},
+                         extra=[bad_request("page_size", "page_size must be non-negative.")])
         size = size or DEFAULT_PAGE
         token = request.args.get("pageToken")
         offset = 0
@@ -155,7 +173,9 @@ class FakeCloudBilling:
             with self._lock:
                 issued = self._tokens.get(token)
             if issued is None or issued[0] != service:
-                return error(400, "INVALID_ARGUMENT", "Invalid page token.")
+                return error(400, "INVALID_ARGUMENT", "Invalid page token.",
+                             reason="INVALID_ARGUMENT", metadata={"service": SERVICE},
+                             extra=[bad_request("page_token", "Invalid page token.")])
             offset = issued[1]
         page = self.services[service][offset:offset + size]
         following = ""
@@ -167,11 +187,17 @@ class FakeCloudBilling:
         return Response(json.dumps(body), 200, mimetype="application/json")
 
 
-def error(code: int, status: str, message: str, *, reason: str | None = None,
-          domain: str = "cloudbilling.googleapis.com",
-          metadata: dict[str, str] | None = None) -> Response:
-    body: dict[str, object] = {"code": code, "message": message, "status": status}
-    if reason:
-        body["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                            "reason": reason, "domain": domain, "metadata": metadata or {}}]
+def bad_request(field: str, description: str) -> dict[str, Any]:
+    """A google.rpc.BadRequest detail naming one field (a 400's)."""
+    return {"@type": "type.googleapis.com/google.rpc.BadRequest",
+            "fieldViolations": [{"field": field, "description": description}]}
+
+
+def error(code: int, status: str, message: str, *, reason: str,
+          domain: str = SERVICE, metadata: dict[str, str] | None = None,
+          extra: list[dict[str, Any]] | None = None) -> Response:
+    """google.rpc.Status JSON: an ErrorInfo first (every error has one), then `extra`."""
+    details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+                "domain": domain, "metadata": metadata or {}}, *(extra or [])]
+    body = {"code": code, "message": message, "status": status, "details": details}
     return Response(json.dumps({"error": body}), code, mimetype="application/json")

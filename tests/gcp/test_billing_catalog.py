@@ -205,3 +205,51 @@ def test_a_catalog_that_does_not_answer_is_cut_by_the_deadline(fake, tmp_path) -
         release.set()
     assert err.value.status == "DEADLINE_EXCEEDED" and "--timeout" in str(err.value)
     assert not (tmp_path / "p.json").exists()
+
+
+def _detail(error: dict, kind: str) -> dict:
+    kind = f"type.googleapis.com/google.rpc.{kind}"
+    return next(d for d in error["details"] if d["@type"] == kind)
+
+
+def test_every_error_of_the_fake_is_a_status_with_details(fake) -> None:
+    # AIP-193: every error carries an ErrorInfo (reason, domain); a 400 a BadRequest naming
+    # the field; a 404 for a service a ResourceInfo naming it.
+    url = f"{fake.endpoint}v1/services/{COMPUTE}/skus"
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    missing = requests.get(url, timeout=5).json()["error"]
+    assert missing["code"] == 401 and missing["status"] == "UNAUTHENTICATED"
+    assert _detail(missing, "ErrorInfo")["reason"] == "CREDENTIALS_MISSING"
+    wrong = requests.get(url, headers={"Authorization": "Bearer other"}, timeout=5).json()
+    info = _detail(wrong["error"], "ErrorInfo")
+    assert (info["reason"], info["domain"]) == ("ACCESS_TOKEN_TYPE_UNSUPPORTED", "googleapis.com")
+    assert info["metadata"]["service"] == "cloudbilling.googleapis.com"
+    token = requests.get(url, params={"pageToken": "forged"}, headers=bearer, timeout=5)
+    assert token.status_code == 400
+    violation = _detail(token.json()["error"], "BadRequest")["fieldViolations"][0]
+    assert violation["field"] == "page_token"
+    assert _detail(token.json()["error"], "ErrorInfo")["reason"] == "INVALID_ARGUMENT"
+    size = requests.get(url, params={"pageSize": "-1"}, headers=bearer, timeout=5).json()
+    assert _detail(size["error"], "BadRequest")["fieldViolations"][0]["field"] == "page_size"
+    gone = requests.get(f"{fake.endpoint}v1/services/0000-0000-0000/skus", headers=bearer,
+                        timeout=5)
+    assert gone.status_code == 404
+    assert _detail(gone.json()["error"], "ResourceInfo")["resourceName"] == (
+        "services/0000-0000-0000")
+    assert _detail(gone.json()["error"], "ErrorInfo")["reason"] == "RESOURCE_NOT_FOUND"
+
+
+def test_a_refused_token_is_one_line_with_its_reason(fake, tmp_path) -> None:
+    env = {**fake.environ(), "CLOUDSDK_AUTH_ACCESS_TOKEN": "ya29.another"}  # not the fake's
+    with pytest.raises(ApiError) as err:
+        refresh(catalog_api(env), tmp_path / "p.json", deadline_s=30.0, now=lambda: NOW)
+    assert err.value.code == 401 and err.value.reason == "ACCESS_TOKEN_TYPE_UNSUPPORTED"
+    assert "\n" not in str(err.value) and not (tmp_path / "p.json").exists()
+
+
+def test_a_service_the_catalog_does_not_know_is_one_line(fake, tmp_path) -> None:
+    del fake.services[TPU]
+    with pytest.raises(ApiError) as err:
+        _refresh(fake, tmp_path / "p.json")
+    assert err.value.code == 404 and err.value.reason == "RESOURCE_NOT_FOUND"
+    assert "\n" not in str(err.value) and not (tmp_path / "p.json").exists()

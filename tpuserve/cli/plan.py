@@ -20,6 +20,7 @@ from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_thr
 from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.planner.throughput import PlanThroughput, bench_reference, plan_throughput
+from tpuserve.prices import sources_line
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
@@ -180,7 +181,8 @@ def plan(
         return
     # What stays billed after `cdktf destroy STACK`: the deployment's base.
     dormant = dormant_base()
-    sources = {**plan_sources(d), "throughput": tput.source}
+    sources = {**plan_sources(d), "throughput": tput.source,
+               "prices": sources_line(d.sourced_prices())}  # each $ figure's (docs/prices.md)
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,14 @@ SPOT = kinds.SPOT.price_key
 FLEX = kinds.FLEX.price_key
 ONDEMAND = kinds.ONDEMAND.price_key
 DEFAULT_PRICES_USD_PER_CHIP_HOUR = PRICES_USD_PER_CHIP_HOUR
+# Where a price came from, as plan --json's provisioning entries carry it (tpuserve/prices'
+# Price: source, read_at, sku); the default prices are SPEC 2's (read_at "": its log is dated
+# by month only).
+PriceTag = Mapping[str, str | None]
+SPEC2_TAG: PriceTag = {"price_source": "SPEC 2", "read_at": "", "sku": None}
+# A price build_plan was given without its source: said so, never taken for SPEC 2's.
+UNSTATED_TAG: PriceTag = {"price_source": "unstated: build_plan was given no price source",
+                          "read_at": "", "sku": None}
 
 # tpu-inference PallasAttentionBackend: the block table of every request lives in half of
 # the 1 MiB SMEM as int32, so max_num_seqs x pages_per_request x 4 B <= 512 KiB.
@@ -673,6 +681,8 @@ class Plan:
     hours_per_month: float
     rebuild: RebuildEconomics | None
     expected: ExpectedLoad | None
+    # {provisioning model: PriceTag} of each priced model (plan --json's price_source etc.).
+    price_sources: Mapping[str, PriceTag] = field(default_factory=dict)
 
     @property
     def kv_block_tokens(self) -> int:
@@ -821,6 +831,8 @@ class Plan:
                 "usd_per_million_output_tokens": {
                     cell.key: usd for cell, usd in c.usd_per_million_output_tokens
                 },
+                **{k: self.price_sources.get(c.model, UNSTATED_TAG)[k]
+                   for k in ("price_source", "read_at", "sku")},
             }
             for c in self.costs
         }
@@ -854,8 +866,11 @@ def build_plan(
     cold_start_s: float = COLD_START_S,
     warm_start_s: float = WARM_START_S,
     hours_per_month: float = HOURS_PER_MONTH,
+    price_sources: Mapping[str, PriceTag] | None = None,
 ) -> Plan:
-    """Everything SPEC 5-7 derives, for one deployment. Defaults are the SPEC deployment."""
+    """Everything SPEC 5-7 derives, for one deployment. Defaults are the SPEC deployment.
+    `price_sources`: each price's {price_source, read_at, sku}; unset, SPEC 2's for the
+    default prices, else each is said to be unstated."""
     _check_plan_arguments(chip, tensor_parallel_size, expected_clients, expected_context)
     groups = kv_breakdown(geometry, tensor_parallel_size=tensor_parallel_size)
     budget = hbm_budget(
@@ -886,6 +901,9 @@ def build_plan(
         costs=_costs(prices, throughput, chip.chips, hours_per_month),
         hours_per_month=hours_per_month,
         rebuild=_rebuild(prices, chip.chips, cold_start_s, warm_start_s),
+        price_sources=dict(price_sources) if price_sources is not None else (
+            dict.fromkeys(prices, SPEC2_TAG) if prices is DEFAULT_PRICES_USD_PER_CHIP_HOUR
+            else {}),
         expected=None
         if expected_clients is None or expected_context is None
         else _expected(

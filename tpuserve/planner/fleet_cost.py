@@ -21,7 +21,7 @@ Assumptions, stated once (the JSON carries them as `assumptions`):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpuserve.facts import (
@@ -32,6 +32,7 @@ from tpuserve.facts import (
     PRICES_USD_PER_CHIP_HOUR,
 )
 from tpuserve.planner.arithmetic import Plan, ThroughputCell, usd_per_million_tokens
+from tpuserve.prices import STANDIN_PREFIX
 
 if TYPE_CHECKING:
     from tpuserve.settings import Deployment
@@ -131,6 +132,13 @@ class FleetPlan:
     hours_per_month: float
     # None: the plan's table is measured (SPEC 6 or a bench); else how it was derived.
     throughput_source: str | None = None
+    # Each pool's $/chip-hour source (tpuserve/prices' Price.source); {}: not given.
+    price_sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def standins(self) -> dict[str, str]:
+        """The pools no source prices (a stand-in $/chip-hour), with their source."""
+        return {p: s for p, s in self.price_sources.items() if s.startswith(STANDIN_PREFIX)}
 
     @property
     def assumptions(self) -> tuple[str, ...]:
@@ -172,6 +180,11 @@ class FleetPlan:
         if wall is not None:
             text += (f" or needs more concurrent requests than one chip's KV wall ({wall:,} at "
                      f"{wall_ctx:,} ctx)")
+        if first in self.standins:
+            # The comparison would be the stand-in against itself: dropped, saying why.
+            return text + (f", or when self-healing and autoscaling are worth their overhead; "
+                           f"no $ comparison with {first} nodes: {self.standins[first]} "
+                           f"(set [pricing] {first})")
         text += (f", or when self-healing and autoscaling are worth "
                  f"${extra:.4f}/h: at {self.min_replicas} replica(s) the fleet costs "
                  f"${at_min.usd_per_hour:.4f}/h against "
@@ -184,11 +197,21 @@ class FleetPlan:
                      f"${single_usd_m:.3f}/M)")
         return text
 
+    @property
+    def prices_note(self) -> str:
+        text = ("list prices (tpuserve/facts.py) for the cluster fee and the system nodes, not "
+                "measured; $/chip-hour as the plan's (SPEC 2, [pricing])")
+        if self.standins:
+            text += ("; no source prices pool(s) " + ", ".join(self.standins) + ": their "
+                     "$/chip-hour is a stand-in (price_sources), and so is every $ figure of "
+                     "them")
+        return text
+
     def as_json(self) -> dict[str, Any]:
         return {
             "assumptions": list(self.assumptions),
-            "prices": "list prices (tpuserve/facts.py) for the cluster fee and the system "
-                      "nodes, not measured; $/chip-hour as the plan's (SPEC 2, [pricing])",
+            "prices": self.prices_note,
+            "price_sources": dict(self.price_sources),
             "replicas": dict(self.replicas),
             "chips_per_replica": self.chips_per_replica,
             "provisioning": list(self.provisioning),
@@ -246,6 +269,7 @@ def fleet_plan(
     system_machine_type: str = "e2-standard-4",
     hours_per_month: float = HOURS_PER_MONTH,
     throughput_source: str | None = None,
+    price_sources: Mapping[str, str] | None = None,
 ) -> FleetPlan:
     """The fleet's cost at min and max replicas (each pool bound) and its throughput, from the
     one-replica plan (its throughput table, KV wall and chips per replica); `throughput_source`
@@ -288,15 +312,21 @@ def fleet_plan(
         single_node_usd_per_hour=chips * prices[provisioning[0]],
         peak=max(plan.throughput.cells, key=lambda c: c.output_tokens_per_s),
         hours_per_month=hours_per_month, throughput_source=throughput_source,
+        price_sources={p: price_sources[p] for p in provisioning if p in price_sources}
+        if price_sources else {},
     )
 
 
 def fleet_for(d: Deployment, plan: Plan, throughput_source: str | None = None) -> FleetPlan:
     """`fleet_plan` with the deployment's [fleet] and [pricing] (the fleet stack only)."""
     f = d.fleet
-    prices = {**PRICES_USD_PER_CHIP_HOUR, **d.chip_prices()}  # the book: this chip, region
+    # price_for: [pricing] set, the book for this chip and region, else a stand-in (its source
+    # says so, and the plan says so of every figure built on it).
+    priced = {p: d.price_for(p) for p in f.provisioning}
+    prices = {**PRICES_USD_PER_CHIP_HOUR, **{p: x.usd_per_chip_hour for p, x in priced.items()}}
     return fleet_plan(plan, min_replicas=f.min_replicas, max_replicas=f.max_replicas,
                       provisioning=f.provisioning, prices=prices,
+                      price_sources={p: x.source for p, x in priced.items()},
                       system_machine_type=f.system_machine_type,
                       hours_per_month=plan.hours_per_month,
                       throughput_source=throughput_source)

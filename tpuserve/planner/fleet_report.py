@@ -13,8 +13,13 @@ _PLACE = {FIRST: "first choice", LAST: "last choice"}
 _CELLS = ((128, 64), (1024, 64), (1024, 16), (8192, 16), (128, 1))
 
 
+def _standin(f: FleetPlan, placement: str) -> str:
+    """The mark of a column priced by a stand-in $/chip-hour (no source prices its pool)."""
+    return ", stand-in" if f.costs["min"][placement].pool in f.standins else ""
+
+
 def cost_table(f: FleetPlan) -> Table:
-    cols = [f"{b} {f.replicas[b]} x {_PLACE[p]} ({f.costs[b][p].pool})"
+    cols = [f"{b} {f.replicas[b]} x {_PLACE[p]} ({f.costs[b][p].pool}{_standin(f, p)})"
             for b in BOUNDS for p in PLACEMENTS]
     t = Table("$/hour", *cols, title=f"Fleet cost: {f.min_replicas}-{f.max_replicas} replicas "
               f"of {f.chips_per_replica} chip(s), pools {' > '.join(f.provisioning)}")
@@ -35,7 +40,7 @@ def throughput_table(f: FleetPlan) -> Table:
     derived = f.throughput_source is not None  # another model or slice: d, never SPEC 6's
     t = Table("context x clients/replica", "1 replica tok/s d" if derived else "1 chip tok/s",
               *[f"{b} {f.replicas[b]}: tok/s" for b in BOUNDS],
-              *[f"{b}: $/M ({_PLACE[p]})" for b in BOUNDS for p in PLACEMENTS],
+              *[f"{b}: $/M ({_PLACE[p]}{_standin(f, p)})" for b in BOUNDS for p in PLACEMENTS],
               title="Fleet throughput and $ per million output tokens (N x "
                     + ("derived tok/s, d)" if derived else "SPEC 6)"))
     for ctx, clients in _CELLS:
@@ -55,6 +60,10 @@ def print_fleet(f: FleetPlan, console: Console) -> None:
         walls = ", ".join(f"{ctx:,} ctx: {n:,} per replica ({n * f.min_replicas:,}-"
                           f"{n * f.max_replicas:,})" for ctx, n in f.kv_wall)
         console.print(f"KV wall (concurrent requests): {walls}", markup=False, soft_wrap=True)
+    for pool, source in f.standins.items():
+        console.print(f"{pool} $/chip-hour ${f.usd_per_chip_hour[pool]:.4f}: {source}; every $ "
+                      f"figure of the {pool} pool is a stand-in until [pricing] {pool} is set",
+                      markup=False, soft_wrap=True)
     console.print("Assumptions: " + "; ".join(f.assumptions) + ".", markup=False, soft_wrap=True)
     console.print(f.choose_when[0].upper() + f.choose_when[1:] + ".", markup=False,
                   soft_wrap=True)

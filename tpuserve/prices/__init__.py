@@ -11,7 +11,7 @@ deployment's, tpuserve/settings/deployment.py):
 1. the file `tpuserve prices refresh` wrote from the Cloud Billing Catalog (`[pricing]
    catalog_file`, else ~/.cache/tpuserve/prices.json), while younger than 30 days;
 2. the shipped snapshot (snapshot.json: a public copy of the Catalog, with its source and date;
-   SPEC 2's measured figures stand over it for v5litepod-1 in us-west4);
+   SPEC 2's measured per-chip figures stand over it for every v5e slice in us-west4);
 3. SPEC 2: Cloud TPU v5e's per-chip prices measured in us-west4.
 """
 
@@ -20,8 +20,17 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from tpuserve.accelerators import ACCELERATORS
 from tpuserve.facts import PRICES_USD_PER_CHIP_HOUR
-from tpuserve.prices.price import SETTING_SOURCE, SPEC2_SOURCE, Price
+from tpuserve.prices.price import (
+    SETTING_SOURCE,
+    SPEC2_SOURCE,
+    STANDIN_PREFIX,
+    Price,
+    sources_line,
+    spec2_source,
+    standin_source,
+)
 from tpuserve.prices.table import (
     MODELS,
     PriceFileError,
@@ -38,8 +47,9 @@ SPEC2_FAMILY_PREFIX = "v5litepod-"  # ... and Cloud TPU v5e's, per chip
 CATALOG_MAX_AGE_DAYS = 30  # an older refreshed file is not used (prices change)
 
 __all__ = ["CATALOG_MAX_AGE_DAYS", "MODELS", "SETTING_SOURCE", "SPEC2_REGION", "SPEC2_SOURCE",
-           "Price", "PriceFileError", "catalog_age_days", "default_catalog_file", "price_of",
-           "prices_by_region", "region_of"]
+           "STANDIN_PREFIX", "Price", "PriceFileError", "catalog_age_days",
+           "default_catalog_file", "price_of", "prices_by_region", "region_of",
+           "sources_line", "standin_source"]
 
 
 def _now(now: dt.datetime | None) -> dt.datetime:
@@ -72,7 +82,10 @@ def _spec2(accelerator_type: str, region: str, provisioning_model: str) -> Price
     if region != SPEC2_REGION or not accelerator_type.startswith(SPEC2_FAMILY_PREFIX):
         return None
     usd = PRICES_USD_PER_CHIP_HOUR.get(provisioning_model)
-    return None if usd is None else Price(usd, SPEC2_SOURCE, "")
+    # read_at "": SPEC 2 dates its log by month only (docs/prices.md, "SPEC 2's date").
+    a = ACCELERATORS.get(accelerator_type)
+    return None if usd is None or a is None else Price(
+        usd, spec2_source(accelerator_type, a.chips), "")
 
 
 def price_of(accelerator_type: str, region: str, provisioning_model: str, *,

@@ -21,7 +21,7 @@ from typing import Any
 
 from tpuserve import kinds
 from tpuserve.accelerators import ACCELERATORS
-from tpuserve.prices.price import Price
+from tpuserve.prices.price import Price, spec2_source
 
 SNAPSHOT = Path(__file__).with_name("snapshot.json")
 FILE_FORMAT = "tpuserve-prices/1"
@@ -99,8 +99,9 @@ def _date(path: Path, field: str, value: object) -> dt.date:
 # ------------------------------------------------------------------------ the shipped snapshot
 @functools.cache
 def snapshot() -> Table:
-    """The shipped snapshot: its measured entries (SPEC 2) over its catalog rows, each row's
-    $/slice-hour divided by the slice's chips (the source's unit, snapshot.json `unit`)."""
+    """The shipped snapshot: its measured entries (SPEC 2, per chip: every slice of the family
+    in that region) over its catalog rows, each row's $/slice-hour divided by the slice's chips
+    (the source's unit, snapshot.json `unit`)."""
     return load_snapshot(SNAPSHOT)
 
 
@@ -125,7 +126,15 @@ def load_snapshot(path: Path) -> Table:
             raise _fail(path, where, "not an object")
         key = _key(path, where, entry.get("accelerator_type"), entry.get("region"),
                    entry.get("provisioning_model"))
-        table[key] = Price(_usd(path, where, entry.get("usd_per_chip_hour")), measured_source, "")
+        usd = _usd(path, where, entry.get("usd_per_chip_hour"))
+        # A measured $/chip-hour prices every slice of its family in its region (a TPU SKU is
+        # per chip): the measured slice says so plainly, the others that they are derived.
+        family = ACCELERATORS[key[0]].family
+        for accel, a in ACCELERATORS.items():
+            if a.family is family:
+                table[(accel, key[1], key[2])] = Price(
+                    usd, spec2_source(accel, a.chips, measured_on=key[0],
+                                      source=measured_source), "")
     for i, row in enumerate(_list(path, data, "rows")):
         where = f"rows[{i}]"
         if not isinstance(row, list) or len(row) != 4:

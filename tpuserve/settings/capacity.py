@@ -56,7 +56,8 @@ def plan_for(
     inputs = model_inputs(d)
     if inputs.problems or inputs.geometry_path is None or inputs.weights_bytes is None:
         raise ValueError("; ".join(inputs.problems) or "no geometry or weights figure")
-    prices = d.sourced_chip_prices()  # no column priced with another chip's figure
+    priced = d.sourced_prices()  # no column priced with another chip's figure
+    prices = {m: p.usd_per_chip_hour for m, p in priced.items()}
     kwargs: dict[str, object] = {
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "kv_cache_memory_bytes": v.kv_cache_memory_bytes,
@@ -64,6 +65,8 @@ def plan_for(
         "tensor_parallel_size": v.tensor_parallel_size,
         "weights_bytes": inputs.weights_bytes,
         "prices": prices,
+        "price_sources": {m: {"price_source": p.source, "read_at": p.read_at, "sku": p.sku}
+                          for m, p in priced.items()},
         "expected_clients": c.expected_clients,
         "expected_context": c.expected_context,
     }

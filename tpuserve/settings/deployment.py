@@ -16,7 +16,14 @@ from pydantic import (
 from tpuserve.contracts import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL, STACK_LABEL
 from tpuserve.facts import PRICES_USD_PER_CHIP_HOUR
 from tpuserve.kinds import KINDS, STACK_NAMES, Kind, words
-from tpuserve.prices import SETTING_SOURCE, Price, PriceFileError, price_of, region_of
+from tpuserve.prices import (
+    SETTING_SOURCE,
+    Price,
+    PriceFileError,
+    price_of,
+    region_of,
+    standin_source,
+)
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.accelerator_rules import settled_vllm
 from tpuserve.settings.base import StrictModel, spec_error
@@ -256,23 +263,30 @@ class Deployment(StrictModel):
         """A [pricing] key the user set; else the book's price for this accelerator in this
         region; else (no source prices it) [pricing]'s default, SPEC 2's v5e us-west4 figure,
         which synth warns about (settings/warnings.py): a stack is still synthesized and its
-        guard still bounds it, its price said to be a stand-in."""
+        guard still bounds it, its price's source a `stand-in: ...` (Price.standin), never
+        `SPEC 2`, so no line shows it as SPEC 2's price of this chip here."""
         if model in self.pricing.model_fields_set:
             return Price(getattr(self.pricing, model), SETTING_SOURCE, "")
-        return self.book_price(model) or Price(getattr(self.pricing, model), "SPEC 2", "")
+        return self.book_price(model) or Price(
+            getattr(self.pricing, model),
+            standin_source(self.tpu.accelerator_type, model, self.region), "")
 
-    def sourced_chip_prices(self) -> dict[str, float]:
-        """$/chip-hour of every provisioning model (commitments included) that a source prices
-        for this accelerator in this region: a [pricing] key the user set, else the book. No
-        stand-in: the planner shows no column it would have to price with another chip's or
-        region's figure (SPEC 2's commitments are v5e's in us-west4)."""
+    def sourced_prices(self) -> dict[str, Price]:
+        """Every provisioning model (commitments included) that a source prices for this
+        accelerator in this region, with its Price: a [pricing] key the user set, else the
+        book. No stand-in: the planner shows no column it would have to price with another
+        chip's or region's figure (SPEC 2's commitments are v5e's in us-west4)."""
         out = {}
         for m in PRICES_USD_PER_CHIP_HOUR:
             if m in type(self.pricing).model_fields and m in self.pricing.model_fields_set:
-                out[m] = getattr(self.pricing, m)
+                out[m] = Price(getattr(self.pricing, m), SETTING_SOURCE, "")
             elif (p := self.book_price(m)) is not None:
-                out[m] = p.usd_per_chip_hour
+                out[m] = p
         return out
+
+    def sourced_chip_prices(self) -> dict[str, float]:
+        """sourced_prices' $/chip-hour figures (the plan's columns)."""
+        return {m: p.usd_per_chip_hour for m, p in self.sourced_prices().items()}
 
     def chip_prices(self) -> dict[str, float]:
         """$/chip-hour per priced provisioning model, as price_for answers (the planner's)."""
