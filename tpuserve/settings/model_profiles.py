@@ -87,4 +87,19 @@ def with_profile(data: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = {**values[name], **out[name]}
         elif name not in out:
             out[name] = values[name]
+    # A text-only model (its profile, or none, has no multimodal item, and the user asked for
+    # none): no --disable-chunked-mm-input, so no multimodal floor (SPEC 4's rule: "a
+    # text-only deployment may drop it"). The default model keeps VllmSettings' default.
+    if model != DEFAULT_MODEL and "disable_chunked_mm_input" not in out \
+            and not has_mm_items(values["limit_mm_per_prompt"]) \
+            and not has_mm_items(out.get("limit_mm_per_prompt")):
+        out["disable_chunked_mm_input"] = False
     return out
+
+
+def has_mm_items(limits: object) -> bool:
+    """Whether a limit_mm_per_prompt table allows any multimodal item (a malformed one counts:
+    its own validator refuses it)."""
+    if not isinstance(limits, Mapping):
+        return limits is not None
+    return any(v != 0 for v in limits.values())
