@@ -5,8 +5,9 @@ set the chunked-multimodal floor of max_num_batched_tokens) are the model's, not
 server's: a model other than Gemma 4 E2B never inherits E2B's `gemma4` parsers. A profile keyed
 by a model alone (accelerator and image None) applies to any accelerator and image, as derived.
 A model without a profile gets no parsers (enable_auto_tool_choice off: vLLM needs a parser for
-it) and text-only limits (no --limit-mm-per-prompt); `plan` says so. A setting the user writes
-wins over any profile.
+it) and text-only limits (no --limit-mm-per-prompt, and no --disable-chunked-mm-input: vLLM's
+scheduler option only changes how multimodal items are scheduled, so a text-only model has no
+multimodal floor); `plan` says so. A setting the user writes wins over any profile.
 """
 
 from __future__ import annotations
