@@ -182,3 +182,30 @@ def test_another_chip_is_priced_by_the_book_and_a_price_no_source_names_is_warne
     assert not [w for w in priced.warnings if "no source prices" in w]
     assert priced.deployments["flex"].price.source == "pricing setting"
     assert not [w for w in _load(tmp_path, "").warnings if "no source prices" in w]
+
+
+def test_the_derived_ceiling_message_prints_the_number_it_checks(tmp_path: Path) -> None:
+    # v5litepod-4: 1 - 1.635 / 15.75 = 0.8961...; 0.895 is refused against 0.89, and the
+    # message must not call the ceiling 0.896 (which 0.895 would be under).
+    four = memory_ceiling(accelerator("v5litepod-4"))
+    assert "= 0.8961, rounded down to 0.89" in four.source and "0.896," not in four.source
+    six = memory_ceiling(accelerator("v6e-1"))
+    assert "= 0.9480, rounded down to 0.94, capped at the measured 0.92" in six.source
+    assert "highest value seen to boot" in six.source
+
+
+@pytest.mark.parametrize("accel", ["v6e-1", "v5litepod-4"])
+def test_above_the_measured_cap_on_another_chip_is_labelled_derived(
+        tmp_path: Path, accel: str) -> None:
+    msg = _refusal(tmp_path, f'[tpu]\naccelerator_type = "{accel}"\n[gcp]\nzone = '
+                   '"us-east5-a"\n[vllm]\ngpu_memory_utilization = 0.93\n')
+    [line] = [x for x in msg.splitlines() if "gpu_memory_utilization = 0.93" in x]
+    assert "must be <= 0.92" in line
+    assert (f"[derived for {accel}: the cap measured on v5litepod-1 (SPEC 4), applied as a "
+            "derived limit") in line
+
+
+def test_above_the_cap_on_the_measured_chip_stays_measured(tmp_path: Path) -> None:
+    msg = _refusal(tmp_path, "[vllm]\ngpu_memory_utilization = 0.93\n")
+    [line] = [x for x in msg.splitlines() if "gpu_memory_utilization = 0.93" in x]
+    assert "must be <= 0.92" in line and "derived" not in line

@@ -111,7 +111,8 @@ def test_another_model_marks_its_figures_and_rules_derived(
     assert "hbm" not in derived  # v5e's HBM is measured
     assert "what Gemma 4 E2B's compiled programs took on v5litepod-1" in derived[
         "vllm.gpu_memory_utilization"]
-    assert "E2B's 2496 tokens per multimodal item" in derived["vllm.max_num_batched_tokens"]
+    # A text-only model (no profile, no multimodal item): no multimodal floor to label.
+    assert "vllm.max_num_batched_tokens" not in derived
     # The weights row says each side's source, never "measured" for the derived one.
     weights = next(d for d in spot["capacity"] if d["key"] == "weights_bytes")
     assert weights["label"] == "weights (measured) → weights (derived: index total_size)"

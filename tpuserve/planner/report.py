@@ -113,16 +113,20 @@ def cost_table(plan: Plan, mark: str = "", legend: str | None = None) -> Table:
     return t
 
 
-def rebuild_table(plan: Plan) -> Table | None:
+def rebuild_table(plan: Plan, legend: str | None = None) -> Table | None:
+    """Spot's rebuild cost against flex's premium; `legend`: the boot times are not this
+    deployment's measured ones (the seconds column is marked `d`, the legend says whose)."""
     r = plan.rebuild
     if r is None:
         return None
     t = Table(
         "rebuild",
-        "seconds",
+        "seconds d" if legend else "seconds",
         "cost at spot",
         "spot beats flex if preempted less than every",
         title=f"Spot vs flex (flex premium ${r.flex_premium_usd_per_hour:.4f}/h)",
+        caption=legend,
+        caption_justify="left",
     )
     t.add_row("cold", f"{r.cold_s:g}", f"${r.cold_usd:.4f}", f"{r.break_even_cold_hours:.1f} h")
     t.add_row(
@@ -149,7 +153,8 @@ def expected_table(plan: Plan, tok_s_label: str = "measured output tok/s") -> Ta
 
 def renderables(plan: Plan, labels: Mapping[str, str] | None = None) -> list[RenderableType]:
     """The plan's tables; `labels` relabels figures that are not measured (weights, tok_s;
-    tok_s_mark and tok_s_legend mark the $/M table's tok/s column)."""
+    tok_s_mark and tok_s_legend mark the $/M table's tok/s column, rebuild_legend the rebuild
+    table's boot times)."""
     labels = labels or {}
     tables = [
         budget_table(plan, labels.get("weights", "weights (measured)")),
@@ -157,7 +162,7 @@ def renderables(plan: Plan, labels: Mapping[str, str] | None = None) -> list[Ren
         capacity_table(plan),
         decode_table(plan),
         cost_table(plan, labels.get("tok_s_mark", ""), labels.get("tok_s_legend")),
-        rebuild_table(plan),
+        rebuild_table(plan, labels.get("rebuild_legend")),
         expected_table(plan, labels.get("tok_s", "measured output tok/s")),
     ]
     return [t for t in tables if t is not None]

@@ -11,7 +11,7 @@ from typing import Any
 from tpuserve.facts import GiB
 
 from .config_facts import MODEL_ARG
-from .effects import with_effects
+from .effects import label_times, with_effects
 from .k8s_objects import diff_bundles
 from .model import (
     MISSING,
@@ -301,6 +301,9 @@ def _stack_review(name: str, base: RevisionFacts, head: RevisionFacts) -> StackR
     resources = with_effects(diff_documents(old_doc, new_doc), old_doc, new_doc, old_f, new_f,
                              status) if resources_known else ()
     objects, notes = diff_bundles(old_doc, new_doc) if resources_known else ((), ())
+    derived = (new_f or old_f).derived if (new_f or old_f) else {}
+    objects = tuple(dataclasses.replace(o, effect=label_times(o.effect, derived))
+                    if o.effect else o for o in objects)
     s = StackReview(name=name, status=status, resources=resources,
                     resources_known=resources_known, kubernetes_objects=objects,
                     kubernetes_notes=notes, **_config_changes(old_f, new_f))

@@ -34,6 +34,7 @@ from typing import Any
 
 from tpuserve import contracts
 from tpuserve.facts import COLD_START_S, WARM_START_S
+from tpuserve.settings.pair_sources import BOOT_TIMES_KEY
 
 from .model import Compile, ResourceChange, ServerEffect, Status
 from .revision_facts import StackFacts
@@ -122,6 +123,25 @@ def boot_settings(doc: Mapping[str, Any] | None, facts: StackFacts | None) -> Bo
 
 def _same(a: str | None, b: str | None) -> bool | None:
     return None if a is None or b is None else a == b
+
+
+# SPEC 4's boot times are Gemma 4 E2B's on v5litepod-1: on any other model or chip (its
+# derived figures hold BOOT_TIMES_KEY, settings/pair_sources.py) the review says so.
+DERIVED_TIMES = ("the boot times are Gemma 4 E2B's on v5litepod-1 (SPEC 4), derived: not "
+                 "this model's or chip's")
+_TIMES = tuple(f"~{t:.0f} s" for t in (COLD_START_S, WARM_START_S))
+
+
+def times_source(derived: Mapping[str, str]) -> str:
+    """Where a review's boot times come from, for a side whose derived figures are these."""
+    return DERIVED_TIMES if BOOT_TIMES_KEY in derived else "SPEC 4"
+
+
+def label_times(effect: ServerEffect, derived: Mapping[str, str]) -> ServerEffect:
+    """The effect, its boot times labelled derived where they are not this deployment's."""
+    if BOOT_TIMES_KEY not in derived or not any(t in effect.why for t in _TIMES):
+        return effect
+    return dataclasses.replace(effect, why=f"{effect.why}; {DERIVED_TIMES}")
 
 
 def _compile_text(compile_: Compile | None, *, new_node: bool = False) -> str:
@@ -263,5 +283,7 @@ def with_effects(
     removed = status == "removed" or any(
         c.action == "removed" and (c.address == QUEUED_RESOURCE or c.address.startswith(
             NODE_TYPE + ".")) for c in changes)
-    return tuple(dataclasses.replace(c, effect=_effect(c, base, head, replaced, removed))
-                 for c in changes)
+    derived = (new_facts or old_facts).derived if (new_facts or old_facts) else {}
+    return tuple(dataclasses.replace(
+        c, effect=label_times(_effect(c, base, head, replaced, removed), derived))
+        for c in changes)

@@ -14,6 +14,7 @@ from typing import Any
 
 from tpuserve.facts import COLD_START_S, WARM_START_S
 
+from .effects import times_source
 from .model import MISSING, AttributeChange, FlagChange, Review, ServerEffect, StackReview
 from .redact import redact
 
@@ -171,14 +172,14 @@ def _stack_md(s: StackReview) -> list[str]:
     if s.status == "added" and s.head_argv:
         out += ["**`vllm serve`**", "", f"    {shlex.join(s.head_argv)}", ""]
         out += [(f"**cold compile**: a new stack's first boot compiles cold, ~{COLD_START_S:.0f} s "
-                "(SPEC 4)"), ""]
+                f"({times_source(s.derived_head)})"), ""]
     out += _derived_md(s)
     out += _options_md("`vllm serve` argv and image", s.argv, derived=bool(s.derived_head))
     out += _options_md("Container env", s.env, derived=bool(s.derived_head))
     if s.cache_key is not None:
         out += [(f"> **cold compile**: the compile-cache key changes ({_code(s.cache_key[0])} → "
                 f"{_code(s.cache_key[1])}): ~{COLD_START_S:.0f} s instead of "
-                f"~{WARM_START_S:.0f} s on the next boot, SPEC 4"), ""]
+                f"~{WARM_START_S:.0f} s on the next boot, {times_source(s.derived_head)}"), ""]
     if s.capacity:
         out += ["**Capacity and cost** (planner, SPEC 5-7)", "",
                 "| quantity | base | head | change |", "|---|---|---|---|"]

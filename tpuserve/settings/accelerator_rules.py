@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tpuserve.accelerators import ACCELERATORS, Accelerator
+from tpuserve.accelerators import ACCELERATORS, MEASURED_ACCELERATOR, Accelerator
 from tpuserve.facts import GPU_MEM_CEILING, OUTSIDE_CAP_ASK_MIB, UNGOVERNED_GIB_AT_CEILING
 from tpuserve.planner.arithmetic import ModelGeometry, padded_kv_heads
 from tpuserve.settings.base import spec_error
@@ -37,12 +37,18 @@ def memory_ceiling(a: Accelerator) -> Ceiling:
         return Ceiling(GPU_MEM_CEILING, True, f"measured on {a.accelerator_type} (SPEC 4)")
     visible = a.family.hbm_visible_gib
     raw = 1 - OUTSIDE_CAP_GIB / visible
-    value = min(math.floor(raw * 100) / 100, GPU_MEM_CEILING)
+    # Rounded DOWN to the two decimals the ceiling is stated in and checked against that same
+    # number; the quotient is shown truncated, never rounded up past the ceiling.
+    floored = math.floor(raw * 100) / 100
+    value = min(floored, GPU_MEM_CEILING)
+    seen = f"the highest value seen to boot, on {MEASURED_ACCELERATOR}"
+    how = (f"rounded down to {value:.2f} (never above the measured {GPU_MEM_CEILING}, {seen})"
+           if floored <= GPU_MEM_CEILING else
+           f"rounded down to {floored:.2f}, capped at the measured {GPU_MEM_CEILING} ({seen})")
     return Ceiling(value, False, (
         f"derived: 1 - ({UNGOVERNED_GIB_AT_CEILING} GiB ungoverned + {OUTSIDE_CAP_ASK_MIB} MiB "
         f"asked outside the cap, SPEC 4) / {visible:g} GiB visible per {a.family.name} chip "
-        f"= {raw:.3f}, never above the measured {GPU_MEM_CEILING}; not measured on "
-        f"{a.accelerator_type}"))
+        f"= {math.floor(raw * 1e4) / 1e4:.4f}, {how}; not measured on {a.accelerator_type}"))
 
 
 def _replica_slice(a: Accelerator, tp: int) -> Accelerator:

@@ -24,6 +24,7 @@ from tpuserve.settings.accelerator_rules import (
 )
 from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.model_inputs import DEFAULT_MODEL, model_inputs
+from tpuserve.settings.pair_sources import has_measured_tpot
 
 
 @lru_cache(maxsize=8)
@@ -72,8 +73,10 @@ def plan_for(
     }
     if v.max_num_seqs is not None:
         kwargs["max_num_seqs"] = v.max_num_seqs
-    if v.model != DEFAULT_MODEL:
-        kwargs["measured_tpot_ms"] = None  # SPEC 5's TPOT is Gemma 4 E2B's, not this model's
+    if not has_measured_tpot(d):
+        # SPEC 5's TPOT is Gemma 4 E2B's on v5litepod-1: no other model's or chip's, and no
+        # share of another chip's bandwidth computed from it (settings/pair_sources.py).
+        kwargs["measured_tpot_ms"] = None
     if throughput is not None:
         kwargs["throughput"] = throughput
     kwargs.update(overrides)

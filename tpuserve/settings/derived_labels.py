@@ -17,6 +17,7 @@ from tpuserve.settings.deployment import Deployment
 from tpuserve.settings.flag_rules import FLAG_RULES
 from tpuserve.settings.measured_rules import MEASURED_MODEL, MODEL_SIDE_MARGINS
 from tpuserve.settings.model_inputs import plan_sources
+from tpuserve.settings.model_profiles import has_mm_items
 
 MEASURED_PAIR = f"{MEASURED_MODEL} on {MEASURED_ACCELERATOR}"
 # The key of the line that says which pair a deployment is, first in `derived_figures`.
@@ -48,6 +49,12 @@ def margin(setting: str, d: Deployment) -> str | None:
                 f"outside the cap: what Gemma 4 E2B's compiled programs took on "
                 f"{MEASURED_ACCELERATOR} (SPEC 4); {model}'s own are not measured")
     if setting in MODEL_SIDE_MARGINS and model != MEASURED_MODEL:
+        # The multimodal floor binds only a deployment with multimodal items and
+        # --disable-chunked-mm-input (measured_rules._mm_floor_applies); a text-only one has none.
+        v = d.vllm
+        if setting == "vllm.max_num_batched_tokens" and not (
+                v.disable_chunked_mm_input and has_mm_items(v.limit_mm_per_prompt)):
+            return None
         return MODEL_SIDE_MARGINS[setting]
     if setting == "vllm.tensor_parallel_size" and model != MEASURED_MODEL:
         return ("the KV replication cost is computed from this model's num_key_value_heads "

@@ -27,6 +27,7 @@ from tpuserve.settings.base import ConfigError
 from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.measured_rules import rule_context
 from tpuserve.settings.price_warnings import cheaper_elsewhere
 from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
 from tpuserve.settings.stack import STACK_SWITCH, StackKeys
@@ -304,7 +305,7 @@ def validate(raw: Mapping[str, Any]) -> tuple[dict[str, Deployment], list[str]]:
             continue
         data = deep_merge(shared, over) | {"name": name, "stack": stack_keys}
         try:
-            out[name] = Deployment.model_validate(data)
+            out[name] = Deployment.model_validate(data, context=rule_context(data))
         except ValidationError as exc:
             problems.extend(_format_error(name, e) for e in exc.errors())
     return out, problems

@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tpuserve.accelerators import ACCELERATORS, V5E_PAGE, V6E, V6E_PAGE, multi_host
+from tpuserve.accelerators import (
+    ACCELERATORS,
+    MEASURED_ACCELERATOR,
+    V5E_PAGE,
+    V6E,
+    V6E_PAGE,
+    multi_host,
+)
 from tpuserve.facts import (
     COLD_START_S,
     E2B_MEASURED_TPOT_MS,
@@ -324,8 +331,31 @@ MODEL_SIDE_MARGINS: Mapping[str, str] = {
 }
 
 
-def enforce(setting: str, value: Any, others: Mapping[str, Any]) -> Any:
-    """`value`, or a ValueError with the first error rule of the setting it breaks."""
+# Error rules measured on v5litepod-1 whose limit is the chip's: on another slice they still
+# hold (fail closed) as derived limits. 0.92 is the highest value ever seen to boot, so it
+# caps every chip (docs/accelerators.md); settings/accelerator_rules.py derives a lower one.
+CHIP_SIDE_MARGINS: Mapping[str, str] = {
+    "vllm.gpu_memory_utilization": (
+        f"the cap measured on {MEASURED_ACCELERATOR} (SPEC 4), applied as a derived limit: "
+        f"{GPU_MEM_CEILING} is the highest value seen to boot, and this chip's own ceiling "
+        "is not measured (allow_untested_gpu_memory_utilization does not lift it here)"),
+}
+# The validation context's key (rule_context): the deployment's accelerator type.
+ACCELERATOR_KEY = "accelerator_type"
+
+
+def rule_context(raw: Mapping[str, Any]) -> dict[str, object]:
+    """The validation context a deployment's sections are checked in: its raw accelerator
+    type (a chip-side rule is labelled derived off the measured chip)."""
+    tpu = raw.get("tpu")
+    accel = tpu.get(ACCELERATOR_KEY) if isinstance(tpu, Mapping) else None
+    return {ACCELERATOR_KEY: accel if isinstance(accel, str) else MEASURED_ACCELERATOR}
+
+
+def enforce(setting: str, value: Any, others: Mapping[str, Any],
+            context: Mapping[str, Any] | None = None) -> Any:
+    """`value`, or a ValueError with the first error rule of the setting it breaks; labelled
+    derived for another model (a model-side limit) or another chip (a chip-side one)."""
     for rule in rules_of(setting, "error"):
         if rule.applies(value, others):
             text, model = rule.text(value), others.get("model")
@@ -333,6 +363,10 @@ def enforce(setting: str, value: Any, others: Mapping[str, Any]) -> Any:
                     and model != DEFAULT_MODEL:
                 text += (f" [derived for {model}: measured for Gemma 4 E2B on v5litepod-1; "
                          f"margin: {MODEL_SIDE_MARGINS[setting]}]")
+            accel = (context or {}).get(ACCELERATOR_KEY)
+            if setting in CHIP_SIDE_MARGINS and isinstance(accel, str) \
+                    and accel != MEASURED_ACCELERATOR:
+                text += f" [derived for {accel}: {CHIP_SIDE_MARGINS[setting]}]"
             raise ValueError(text)
     return value
 

@@ -238,6 +238,7 @@ def model_inputs(d: Deployment) -> ModelInputs:
 def plan_sources(d: Deployment) -> dict[str, str]:
     """`plan --json`'s `sources`: which figure is measured, which derived, and from what."""
     from tpuserve.settings.model_profiles import profile_source  # settings-only, no cycle
+    from tpuserve.settings.pair_sources import pair_sources
 
     inputs = model_inputs(d)
     e2b = d.vllm.model == DEFAULT_MODEL
@@ -254,8 +255,7 @@ def plan_sources(d: Deployment) -> dict[str, str]:
         "hbm": ("measured SPEC 5: 15.75 GiB visible per v5e chip" if v5e else
                 "not measured on this chip: the planner's chip figures (see the accelerator "
                 "table)"),
-        "measured_tpot_ms": ("measured SPEC 5 (Gemma 4 E2B, v5litepod-1)" if e2b else
-                             "none: SPEC 5's TPOT is Gemma 4 E2B's, not this model's"),
+        **pair_sources(d),  # SPEC 5's TPOT and SPEC 4's boots: the measured pair's only
         # SPEC 6 measured the pair alone; `plan` derives every other (planner/throughput.py).
         "throughput": ("measured SPEC 6 (Gemma 4 E2B, v5litepod-1)"
                        if e2b and d.tpu.accelerator_type == "v5litepod-1" else

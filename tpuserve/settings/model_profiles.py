@@ -5,8 +5,9 @@ set the chunked-multimodal floor of max_num_batched_tokens) are the model's, not
 server's: a model other than Gemma 4 E2B never inherits E2B's `gemma4` parsers. A profile keyed
 by a model alone (accelerator and image None) applies to any accelerator and image, as derived.
 A model without a profile gets no parsers (enable_auto_tool_choice off: vLLM needs a parser for
-it) and text-only limits (no --limit-mm-per-prompt); `plan` says so. A setting the user writes
-wins over any profile.
+it) and text-only limits (no --limit-mm-per-prompt, and no --disable-chunked-mm-input: vLLM's
+scheduler option only changes how multimodal items are scheduled, so a text-only model has no
+multimodal floor); `plan` says so. A setting the user writes wins over any profile.
 """
 
 from __future__ import annotations
@@ -87,4 +88,19 @@ def with_profile(data: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = {**values[name], **out[name]}
         elif name not in out:
             out[name] = values[name]
+    # A text-only model (its profile, or none, has no multimodal item, and the user asked for
+    # none): no --disable-chunked-mm-input, so no multimodal floor (SPEC 4's rule: "a
+    # text-only deployment may drop it"). The default model keeps VllmSettings' default.
+    if model != DEFAULT_MODEL and "disable_chunked_mm_input" not in out \
+            and not has_mm_items(values["limit_mm_per_prompt"]) \
+            and not has_mm_items(out.get("limit_mm_per_prompt")):
+        out["disable_chunked_mm_input"] = False
     return out
+
+
+def has_mm_items(limits: object) -> bool:
+    """Whether a limit_mm_per_prompt table allows any multimodal item (a malformed one counts:
+    its own validator refuses it)."""
+    if not isinstance(limits, Mapping):
+        return limits is not None
+    return any(v != 0 for v in limits.values())

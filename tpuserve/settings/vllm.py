@@ -124,4 +124,5 @@ class VllmSettings(StrictModel):
     @field_validator(*measured_rules.checked_fields("vllm", before=False))
     @classmethod
     def _measured(cls, v: object, info: ValidationInfo) -> object:
-        return measured_rules.enforce(f"vllm.{info.field_name}", v, info.data)
+        # The context (loader: measured_rules.rule_context) names the chip a rule is for.
+        return measured_rules.enforce(f"vllm.{info.field_name}", v, info.data, info.context)
