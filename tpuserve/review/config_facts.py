@@ -20,6 +20,9 @@ from tpuserve.settings import ConfigError, flag_rules, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
 from tpuserve.settings.derived_labels import derived_figures, flag_rule_labels, weights_label
 from tpuserve.settings.loader import all_warnings
+
+# Re-exported for effects.py: the review reaches tpuserve.settings through this module only.
+from tpuserve.settings.pair_sources import BOOT_TIMES_KEY as BOOT_TIMES_KEY
 from tpuserve.settings.sections import CapacitySettings
 
 from .revision_facts import ConfigFacts, StackFacts

@@ -34,8 +34,8 @@ from typing import Any
 
 from tpuserve import contracts
 from tpuserve.facts import COLD_START_S, WARM_START_S
-from tpuserve.settings.pair_sources import BOOT_TIMES_KEY
 
+from .config_facts import BOOT_TIMES_KEY
 from .model import Compile, ResourceChange, ServerEffect, Status
 from .revision_facts import StackFacts
 
