@@ -23,9 +23,6 @@ def node_for(d: Any, raw: Any, workload: Any, api_key: str | None) -> Any:
     from tpuserve.tune.bench_measure import bench_measure
     from tpuserve.tune.tpu_node import TpuNode
 
-    if workload.trace:
-        raise OpsError("--trace: replaying a trace through the benchmark on a node is not "
-                       "built yet; measure cells (--contexts, --clients)", exit_code=EXIT_USAGE)
     measure = bench_measure(lambda: common.resolve_target(d.name, None, api_key)[0],
                             d.vllm.max_model_len, common.log)
     return TpuNode(d, raw, common.tpu_api(), measure=measure)
@@ -56,7 +53,9 @@ Limit = Annotated[float | None, typer.Option(min=0.001, show_default=False)]
 def tune(
     stack: StackArg,
     contexts: Annotated[str, typer.Option(help="Prompt lengths in tokens.")] = DEFAULT_CONTEXTS,
-    clients: Annotated[str, typer.Option(help="Concurrent streams.")] = DEFAULT_CLIENTS,
+    clients: Annotated[str, typer.Option(
+        help="Concurrent streams (with --trace: the levels the trace is replayed at).")
+    ] = DEFAULT_CLIENTS,
     output_tokens: Annotated[int, typer.Option(help="Tokens generated per request.",
                                                min=2)] = 256,
     trace: Annotated[Path | None, typer.Option(
@@ -109,7 +108,9 @@ def tune(
                                  max_tpot_p50_ms=max_tpot_p50_ms,
                                  min_stream_tok_s=min_stream_tok_s)
     if trace is not None:
-        workload = Workload(trace=read_trace(trace, d.vllm.max_model_len),
+        # The trace replayed at each --clients level (tune/trace_replay.py).
+        workload = Workload(clients=_ints("--clients", clients),
+                            trace=read_trace(trace, d.vllm.max_model_len),
                             trace_path=str(trace))
     else:
         workload = Workload(_ints("--contexts", contexts), _ints("--clients", clients),
