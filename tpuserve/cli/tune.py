@@ -86,6 +86,10 @@ def tune(
     fresh: Annotated[bool, typer.Option("--fresh", help="Ignore a saved state.")] = False,
     pr: Annotated[bool, typer.Option("--pr", help="Commit the overlay on a branch and open a "
                                      "pull request with gh (or print the commands).")] = False,
+    record: Annotated[bool | None, typer.Option(
+        "--record/--no-record", help="Record the chosen config's figures and every failed "
+        "boot in [capacity] profiles_dir (the default when it is set).",
+        show_default=False)] = None,
     api_key: common.ApiKeyOpt = None,
     json_output: common.JsonOpt = False,
 ) -> None:
@@ -104,6 +108,10 @@ def tune(
     raw = load_raw()
     d = from_raw(raw).deployments[stack]
     session.refuse_fleet(d)
+    if record and d.capacity.profiles_dir is None:
+        raise OpsError("--record: set [capacity] profiles_dir to the directory of your own "
+                       "profiles (tune records its runs there)", exit_code=EXIT_USAGE)
+    record = d.capacity.profiles_dir is not None if record is None else record
     limits = session.constraints(d, max_ttft_p90_ms=max_ttft_p90_ms,
                                  max_tpot_p50_ms=max_tpot_p50_ms,
                                  min_stream_tok_s=min_stream_tok_s)
@@ -146,6 +154,13 @@ def tune(
     summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,
                       outcome.best, outcome.node_on, est)
     written = session.write_outputs(summary, prep, out, write)
+    if record:
+        from tpuserve.tune.record import record as record_run
+
+        recorded = record_run(d, prep.state, prep.candidates, prep.space.baseline,
+                              outcome.best, workload.describe())
+        if recorded is not None:
+            written["profile"] = str(recorded)
     common.log(f"{outcome.message}; the node is on: {outcome.node_on}")
     if pr and outcome.status == DONE and "overlay" in written:
         from tpuserve.tune.pr import open_pr
@@ -158,7 +173,7 @@ def tune(
     if json_output:
         emit_json(doc)
     else:
-        for key in ("overlay", "report", "chart"):
+        for key in ("overlay", "report", "chart", "profile"):
             if key in written:
                 console.print(f"{key}: {written[key]}")
     code = {DONE: 0, BUDGET: EXIT_BUDGET, INTERRUPTED: EXIT_INTERRUPTED}.get(outcome.status,
