@@ -154,6 +154,12 @@ def tune(
     summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,
                       outcome.best, outcome.node_on, est)
     written = session.write_outputs(summary, prep, out, write)
+    from tpuserve.tune.drift import mark
+
+    # Which config the node was left on, for status and review (tune/drift.py).
+    mark(prep.state, d, raw, prep.candidates,
+         written.get("overlay") if outcome.node_on == outcome.best else None)
+    session.state_file.save(prep.state, path)
     if record:
         from tpuserve.tune.record import record as record_run
 
