@@ -92,3 +92,27 @@ def test_without_keep_best_nothing_drifts(tmp_path: Path,
                str(tmp_path / "out"), env=env)
     assert r.exit_code == 0, r.stderr
     assert review_notes(load(environ=env).deployments, lambda n: state_path(n, env)) == []
+
+
+def test_a_speculative_choice_is_an_overlay_the_loader_takes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text(TUNE + 'speculative_config = [{ method = "ngram", num_speculative_tokens '
+                   '= 3, prompt_lookup_max = 5 }]\n\n[stacks.flex.vllm]\n'
+                   'allow_untested_speculative_config = true\n')
+    env = {"TPUSERVE_CONFIG": str(cfg)}
+    d = load(environ=env).deployments["flex"]
+    node = ToyNode(2, sets_for(d), base_values(d))
+    monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda *_a: node)
+    monkeypatch.chdir(tmp_path)
+    overlay = tmp_path / "overlay.toml"
+    r = invoke("tune", "flex", "--yes", "--contexts", "1024", "--clients", "1", "--out",
+               str(tmp_path / "out"), "--write", str(overlay), "--json", env=env)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["best"].endswith("dngram3")
+    # Each boot carried the table as the settings take it.
+    assert all(o["speculative_config"]["prompt_lookup_max"] == 5
+               for kind, o in node.log if kind == "apply")
+    both = load(environ={"TPUSERVE_CONFIG": f"{cfg}:{overlay}"}).deployments["flex"]
+    assert both.vllm.speculative_config == {"method": "ngram", "num_speculative_tokens": 3,
+                                            "prompt_lookup_max": 5}

@@ -278,11 +278,12 @@ class CapacitySettings(StrictModel):
     # A model.safetensors.index.json (same path rule): weights = its metadata.total_size, a
     # derived upper bound (towers and the checkpoint's dtype included).
     weights_index: str | None = None
-    # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
     # A directory of your own measured profiles (`tpuserve tune` records its runs there, one
     # TOML file per model, accelerator and image: settings/learned_profiles.py), beside the
-    # shipped ones; same path rule. Its refusals are validators, its measurements `plan` cites.
+    # shipped ones, relative to the file that names it; unset: none. Its refusals are
+    # validators, its measurements `plan` cites (docs/tune.md).
     profiles_dir: str | None = None
+    # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
     expected_clients: Annotated[int, Field(ge=1, le=1_000_000)] | None = 16
     expected_context: Annotated[int, Field(ge=1, le=1 << 24)] | None = 1024
 
