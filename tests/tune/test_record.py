@@ -41,7 +41,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     node = ToyNode(2, sets_for(d), base_values(d), wall=0.93)
     monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda *_a: node)
     monkeypatch.chdir(tmp_path)
-    return {"env": env, "cfg": cfg, "tmp": tmp_path, "d": d}
+    return {"env": env, "cfg": cfg, "tmp": tmp_path, "d": d, "node": node}
 
 
 def _tune(setup: dict[str, Any], *args: str) -> Any:
@@ -135,3 +135,14 @@ def test_a_hostile_error_round_trips_as_one_line(tmp_path: Path) -> None:
     assert line.startswith("vllm.max_num_batched_tokens = 8192 with "
                            "vllm.env.NUM_PRECOMPILE_WORKERS = 4: failed to boot on node node-1 "
                            "on 2026-12-02")
+
+
+def test_an_interrupted_run_records_nothing_and_resumes(setup: dict[str, Any]) -> None:
+    setup["node"].interrupt_at_measure = 2
+    r = _tune(setup)
+    assert r.exit_code == 130, r.stderr
+    # Nothing learned yet: a refusal would change the candidates the resume needs.
+    assert not (setup["tmp"] / "profiles").exists()
+    r = _tune(setup)
+    assert r.exit_code == 0, r.stderr
+    assert "resuming" in r.stderr and Path(json.loads(r.stdout)["profile"]).is_file()

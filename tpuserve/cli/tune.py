@@ -87,8 +87,9 @@ def tune(
     pr: Annotated[bool, typer.Option("--pr", help="Commit the overlay on a branch and open a "
                                      "pull request with gh (or print the commands).")] = False,
     record: Annotated[bool | None, typer.Option(
-        "--record/--no-record", help="Record the chosen config's figures and every failed "
-        "boot in [capacity] profiles_dir (the default when it is set).",
+        "--record/--no-record", help="When the search is over, record the chosen config's "
+        "figures and every failed boot in [capacity] profiles_dir (the default when it is "
+        "set).",
         show_default=False)] = None,
     api_key: common.ApiKeyOpt = None,
     json_output: common.JsonOpt = False,
@@ -100,7 +101,7 @@ def tune(
     from tpuserve.settings.loader import from_raw, load_raw
     from tpuserve.tune import session
     from tpuserve.tune.result import Summary
-    from tpuserve.tune.runner import BUDGET, DONE, INTERRUPTED, Budget, Tuner, estimate
+    from tpuserve.tune.runner import BUDGET, DONE, FAILED, INTERRUPTED, Budget, Tuner, estimate
     from tpuserve.tune.state import TERRAFORM
     from tpuserve.tune.workload import Workload, read_trace
 
@@ -160,7 +161,9 @@ def tune(
     mark(prep.state, d, raw, prep.candidates,
          written.get("overlay") if outcome.node_on == outcome.best else None)
     session.state_file.save(prep.state, path)
-    if record:
+    # Recorded when the search is over: a run that can resume (interrupted, the node gone, the
+    # budget) keeps its candidates, which a learned refusal would change under it.
+    if record and outcome.status in (DONE, FAILED):
         from tpuserve.tune.record import record as record_run
 
         recorded = record_run(d, prep.state, prep.candidates, prep.space.baseline,
