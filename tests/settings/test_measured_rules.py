@@ -124,7 +124,8 @@ def test_a_flag_is_spelled_once_on_its_setting() -> None:
     # The argv renders the spelling on the field; the review names the same field by it.
     # tensor_parallel_size: None in [vllm] alone (the deployment derives it from the slice).
     everything = VllmSettings().model_copy(
-        update={"max_num_seqs": 8, "block_size": 512, "tensor_parallel_size": 1})
+        update={"max_num_seqs": 8, "block_size": 512, "tensor_parallel_size": 1,
+                "speculative_config": {"method": "ngram", "num_speculative_tokens": 4}})
     argv = serve_argv(everything)
     for name, flag, _kind in serve_flags():
         assert FLAG_RULES[flag].setting == f"vllm.{name}"

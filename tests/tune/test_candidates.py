@@ -95,3 +95,27 @@ def test_a_combination_refused_only_together_is_dropped() -> None:
     assert (131072, 0.7) not in pairs and {(131072, 0.92), (32768, 0.7)} <= pairs
     assert any("l131072" in r.what and "m0.7" in r.what and "KV tokens" in r.reason
                for r in sp.refused)
+
+
+def test_speculative_decoding_is_searched_only_where_the_settings_take_it() -> None:
+    # Not allowed by the stack: the planner's set is the stack's own (none), nothing refused.
+    d, raw, sp = flex_space({})
+    assert default_sets(d)["speculative_config"] == ["off"]
+    assert not any("speculative" in r.what for r in sp.refused)
+    # Listed in [tune] without the allowance: refused with the settings' one line.
+    _d, _raw, sp = flex_space({"speculative_config": [
+        "off", {"method": "ngram", "num_speculative_tokens": 4}]})
+    assert next(r.reason for r in sp.refused if "speculative" in r.what).count(
+        "allow_untested_speculative_config") == 1
+    # Allowed by the stack: n-gram candidates beside every other, each overlay valid.
+    raw = deep_merge(raw_with({"max_num_batched_tokens": [4096], "max_model_len": [32768],
+                               "NUM_PRECOMPILE_WORKERS": [1], "gpu_memory_utilization": [0.92],
+                               "VLLM_TPU_BUCKET_PADDING_GAP": [0], "max_num_seqs": ["unset"]}),
+                     {"stacks": {"flex": {"vllm": {"allow_untested_speculative_config": True}}}})
+    d = from_raw(raw).deployments["flex"]
+    sp = space(d, raw)
+    ids = sorted(c.id for c in sp.candidates)
+    assert ids == ["b4096 s- l32768 g0 w1 m0.92", "b4096 s- l32768 g0 w1 m0.92 dngram4"]
+    spec = next(c for c in sp.candidates if c.id.endswith("dngram4"))
+    assert spec.overlay()["speculative_config"]["method"] == "ngram"
+    assert refusal(raw, "flex", spec.overlay()) is None

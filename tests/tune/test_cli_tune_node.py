@@ -32,8 +32,9 @@ PHASES = {
 }
 
 
+@pytest.mark.parametrize("measured", ["cells", "trace"])
 def test_tune_applies_measures_and_restores_through_the_tpu_api(
-        cli_env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cli_env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measured: str) -> None:
     # A watcher word that never comes fails in seconds here, not after an hour.
     monkeypatch.setattr("tpuserve.tune.tpu_node.BOOT_TIMEOUT_S", 20.0)
     monkeypatch.setattr("tpuserve.tune.tpu_node.POLL_S", 0.2)
@@ -63,9 +64,13 @@ def test_tune_applies_measures_and_restores_through_the_tpu_api(
     api.set_guest_attribute(d.node_name, "reconverge", "2030-01-01T10:03:50Z watching etag=1")
     api.on_next_patch_applied(watcher)
     overlay = tmp_path / "overlay.toml"
-    r = invoke("tune", "spot", "--yes", "--contexts", "64", "--clients", "1",
-               "--output-tokens", "8", "--repetitions", "1", "--out", str(tmp_path / "out"),
-               "--write", str(overlay))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_tokens": 50, "output_tokens": 8}\n'
+                     '{"prompt_tokens": 90, "output_tokens": 3}\n')
+    workload = (["--contexts", "64", "--output-tokens", "8"] if measured == "cells"
+                else ["--trace", str(trace)])  # the trace replayed on the node's server
+    r = invoke("tune", "spot", "--yes", *workload, "--clients", "1", "--repetitions", "1",
+               "--out", str(tmp_path / "out"), "--write", str(overlay))
     assert r.exit_code == 0, r.stderr
     # The first candidate is the deployed config (no patch); the second is patched in, then
     # Terraform's script goes back.
@@ -73,3 +78,6 @@ def test_tune_applies_measures_and_restores_through_the_tpu_api(
     assert "--max-num-batched-tokens 8192" in scripts[0]
     assert scripts[-1] == render_startup(d)
     assert "[stacks.spot.vllm]" in overlay.read_text()
+    if measured == "trace":
+        chats = [q.body for q in cli_env.oai.requests if q.path == "/v1/chat/completions"]
+        assert sorted(b["max_tokens"] for b in chats if b) == [3, 3, 8, 8]

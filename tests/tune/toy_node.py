@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tpuserve.ops.bench_stats import CellStats, RepStats
-from tpuserve.tune.candidates import NAMES, UNSET, Candidate, configured
+from tpuserve.tune.candidates import NAMES, UNSET, Candidate, configured, speculative_value
 from tpuserve.tune.node import BootRecord, CandidateFailed, Measurement, NodeGone
 from tpuserve.tune.score import Constraints
 from tpuserve.tune.workload import Workload
@@ -35,7 +35,9 @@ def values_of(overlay: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, 
     env = overlay.get("env", {})
     out = dict(base)
     for name in NAMES:
-        if name in overlay:
+        if name == "speculative_config":  # a table in the overlay, its JSON in a candidate
+            out[name] = speculative_value(overlay.get(name))
+        elif name in overlay:
             out[name] = overlay[name]
         elif name in env:
             out[name] = env[name]

@@ -23,6 +23,7 @@ from tpuserve.planner.throughput import PlanThroughput, bench_reference, plan_th
 from tpuserve.prices import sources_line
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
+from tpuserve.settings.learned_profiles import learned_sources
 from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
 from tpuserve.settings.model_inputs import plan_sources
 
@@ -181,8 +182,10 @@ def plan(
         return
     # What stays billed after `cdktf destroy STACK`: the deployment's base.
     dormant = dormant_base()
+    # `tuned`: the user's own measurement of this (model, accelerator, image), when recorded.
     sources = {**plan_sources(d), "throughput": tput.source,
-               "prices": sources_line(d.sourced_prices())}  # each $ figure's (docs/prices.md)
+               "prices": sources_line(d.sourced_prices()),  # each $ figure's (docs/prices.md)
+               **learned_sources(d)}
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),
@@ -206,7 +209,7 @@ def plan(
     plan_report.print_plan(result, console, labels)
     # Only what is not measured: the default deployment's table stays as it was.
     for name, source in sources.items():
-        if not source.startswith("measured"):
+        if not source.startswith("measured") or name == "tuned":
             console.print(f"{name}: {source}", markup=False, soft_wrap=True)
     if fleet is not None:
         from tpuserve.planner import fleet_report

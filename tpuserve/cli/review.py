@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from tpuserve.kinds import STACK_NAMES
 from tpuserve.ops.errors import EXIT_USAGE, OpsError
 from tpuserve.review.markdown import render_markdown
 from tpuserve.review.model import render_json
@@ -64,13 +66,38 @@ def review_command(
                         head_synthesis=head_synth)
     except ReviewError as exc:
         raise OpsError(redact(str(exc)), exit_code=EXIT_USAGE) from None
-    text = render_json(result) + "\n" if json_output else render_markdown(result)
+    notes = _drift(config)
+    if json_output:
+        doc = json.loads(render_json(result))
+        if notes:  # only where tune left a node off Terraform's script
+            doc["tune_drift"] = notes
+        text = redact(json.dumps(doc, indent=2)) + "\n"
+    else:
+        text = render_markdown(result, drift=[(n["stack"], n["note"]) for n in notes])
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
         output.write_text(text)
         err_console.print(f"wrote {output}", markup=False)
+
+
+def _drift(config: Path | None) -> list[dict[str, Any]]:
+    """The reviewed config's stacks whose node `tpuserve tune` left off Terraform's script
+    (tune/drift.py), from the state files beside --config (else the current directory)."""
+    from tpuserve.contracts import CONFIG_ENV
+    from tpuserve.settings import ConfigError, load
+    from tpuserve.tune.drift import review_notes
+    from tpuserve.tune.session import state_path
+
+    environ = {CONFIG_ENV: str(config)} if config is not None else {}
+    if not any(state_path(n, environ).is_file() for n in STACK_NAMES):
+        return []
+    try:
+        deployments = load(environ).deployments
+    except ConfigError:
+        return []  # the review reports the config's problems itself
+    return review_notes(deployments, lambda name: state_path(name, environ))
 
 
 def register(app: typer.Typer) -> None:

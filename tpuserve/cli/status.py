@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,8 +18,9 @@ from . import common
 from .common import JsonOpt, command, console, emit_json, log
 
 
-def render_model(m: StatusModel) -> None:
-    """One stack's lines in the table, whatever its kind."""
+def render_model(m: StatusModel, drift: str | None = None) -> None:
+    """One stack's lines in the table, whatever its kind; DRIFT: the node off Terraform's
+    script, said after the facts."""
     t = m.table
     if t.summary is not None:
         console.print(f"{t.title}: {t.summary}", soft_wrap=True if t.wrap_summary else None)
@@ -40,6 +41,9 @@ def render_model(m: StatusModel) -> None:
             for row in sub.rows:
                 table.add_row(*row)
             console.print(table)
+    if drift is not None:
+        console.print(f"[bold yellow]drift:[/] {drift}", soft_wrap=True, markup=True,
+                      highlight=False)
     for problem in m.facts.problems:
         console.print(f"[bold red]problem:[/] {problem}", soft_wrap=True)
     console.print()
@@ -47,7 +51,27 @@ def render_model(m: StatusModel) -> None:
 
 def render(statuses: list[Status]) -> None:
     for s in statuses:
-        render_model(s.model())
+        d = _drift(s)
+        render_model(s.model(), None if d is None else d.line())
+
+
+def _drift(s: Status) -> Any:
+    """A VM stack's node left off Terraform's script by `tpuserve tune` (tune/drift.py)."""
+    if s.d.kind.on_gke or not s.model().facts.deployed:
+        return None
+    from tpuserve.tune.drift import drift_for
+    from tpuserve.tune.session import state_path
+
+    config = s.to_json().get("config")
+    running = config.get("running") if isinstance(config, dict) else None
+    return drift_for(s.d, state_path(s.d.name), running)
+
+
+def _json(s: Status) -> dict[str, Any]:
+    """A stack's JSON, with `tune_drift` when tune left its node off Terraform's script."""
+    doc = s.to_json()
+    d = _drift(s)
+    return doc if d is None else {**doc, "tune_drift": d.to_json()}
 
 
 def gather(stack: str | None) -> list[Status]:
@@ -91,7 +115,7 @@ def status(
     if not watch:
         statuses = gather(stack)
         if json_output:
-            emit_json({"stacks": [s.to_json() for s in statuses]})
+            emit_json({"stacks": [_json(s) for s in statuses]})
         else:
             render(statuses)
         if any(s.problems for s in statuses):
@@ -103,7 +127,7 @@ def status(
             n += 1
             statuses = gather(stack)
             if json_output:
-                emit_json({"iteration": n, "stacks": [s.to_json() for s in statuses]},
+                emit_json({"iteration": n, "stacks": [_json(s) for s in statuses]},
                           line=True)
             else:
                 if console.is_terminal:

@@ -23,9 +23,6 @@ def node_for(d: Any, raw: Any, workload: Any, api_key: str | None) -> Any:
     from tpuserve.tune.bench_measure import bench_measure
     from tpuserve.tune.tpu_node import TpuNode
 
-    if workload.trace:
-        raise OpsError("--trace: replaying a trace through the benchmark on a node is not "
-                       "built yet; measure cells (--contexts, --clients)", exit_code=EXIT_USAGE)
     measure = bench_measure(lambda: common.resolve_target(d.name, None, api_key)[0],
                             d.vllm.max_model_len, common.log)
     return TpuNode(d, raw, common.tpu_api(), measure=measure)
@@ -56,7 +53,9 @@ Limit = Annotated[float | None, typer.Option(min=0.001, show_default=False)]
 def tune(
     stack: StackArg,
     contexts: Annotated[str, typer.Option(help="Prompt lengths in tokens.")] = DEFAULT_CONTEXTS,
-    clients: Annotated[str, typer.Option(help="Concurrent streams.")] = DEFAULT_CLIENTS,
+    clients: Annotated[str, typer.Option(
+        help="Concurrent streams (with --trace: the levels the trace is replayed at).")
+    ] = DEFAULT_CLIENTS,
     output_tokens: Annotated[int, typer.Option(help="Tokens generated per request.",
                                                min=2)] = 256,
     trace: Annotated[Path | None, typer.Option(
@@ -87,6 +86,11 @@ def tune(
     fresh: Annotated[bool, typer.Option("--fresh", help="Ignore a saved state.")] = False,
     pr: Annotated[bool, typer.Option("--pr", help="Commit the overlay on a branch and open a "
                                      "pull request with gh (or print the commands).")] = False,
+    record: Annotated[bool | None, typer.Option(
+        "--record/--no-record", help="When the search is over, record the chosen config's "
+        "figures and every failed boot in [capacity] profiles_dir (the default when it is "
+        "set).",
+        show_default=False)] = None,
     api_key: common.ApiKeyOpt = None,
     json_output: common.JsonOpt = False,
 ) -> None:
@@ -97,7 +101,7 @@ def tune(
     from tpuserve.settings.loader import from_raw, load_raw
     from tpuserve.tune import session
     from tpuserve.tune.result import Summary
-    from tpuserve.tune.runner import BUDGET, DONE, INTERRUPTED, Budget, Tuner, estimate
+    from tpuserve.tune.runner import BUDGET, DONE, FAILED, INTERRUPTED, Budget, Tuner, estimate
     from tpuserve.tune.state import TERRAFORM
     from tpuserve.tune.workload import Workload, read_trace
 
@@ -105,11 +109,17 @@ def tune(
     raw = load_raw()
     d = from_raw(raw).deployments[stack]
     session.refuse_fleet(d)
+    if record and d.capacity.profiles_dir is None:
+        raise OpsError("--record: set [capacity] profiles_dir to the directory of your own "
+                       "profiles (tune records its runs there)", exit_code=EXIT_USAGE)
+    record = d.capacity.profiles_dir is not None if record is None else record
     limits = session.constraints(d, max_ttft_p90_ms=max_ttft_p90_ms,
                                  max_tpot_p50_ms=max_tpot_p50_ms,
                                  min_stream_tok_s=min_stream_tok_s)
     if trace is not None:
-        workload = Workload(trace=read_trace(trace, d.vllm.max_model_len),
+        # The trace replayed at each --clients level (tune/trace_replay.py).
+        workload = Workload(clients=_ints("--clients", clients),
+                            trace=read_trace(trace, d.vllm.max_model_len),
                             trace_path=str(trace))
     else:
         workload = Workload(_ints("--contexts", contexts), _ints("--clients", clients),
@@ -145,6 +155,21 @@ def tune(
     summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,
                       outcome.best, outcome.node_on, est)
     written = session.write_outputs(summary, prep, out, write)
+    from tpuserve.tune.drift import mark
+
+    # Which config the node was left on, for status and review (tune/drift.py).
+    mark(prep.state, d, raw, prep.candidates,
+         written.get("overlay") if outcome.node_on == outcome.best else None)
+    session.state_file.save(prep.state, path)
+    # Recorded when the search is over: a run that can resume (interrupted, the node gone, the
+    # budget) keeps its candidates, which a learned refusal would change under it.
+    if record and outcome.status in (DONE, FAILED):
+        from tpuserve.tune.record import record as record_run
+
+        recorded = record_run(d, prep.state, prep.candidates, prep.space.baseline,
+                              outcome.best, workload.describe())
+        if recorded is not None:
+            written["profile"] = str(recorded)
     common.log(f"{outcome.message}; the node is on: {outcome.node_on}")
     if pr and outcome.status == DONE and "overlay" in written:
         from tpuserve.tune.pr import open_pr
@@ -157,7 +182,7 @@ def tune(
     if json_output:
         emit_json(doc)
     else:
-        for key in ("overlay", "report", "chart"):
+        for key in ("overlay", "report", "chart", "profile"):
             if key in written:
                 console.print(f"{key}: {written[key]}")
     code = {DONE: 0, BUDGET: EXIT_BUDGET, INTERRUPTED: EXIT_INTERRUPTED}.get(outcome.status,

@@ -240,13 +240,18 @@ def _synth_error_md(which: str, error: str | None) -> list[str]:
     return [f"**Synth of {which} failed** (its own code):", "", "```", error, "```", ""]
 
 
-def render_markdown(r: Review, *, limit: int = COMMENT_LIMIT) -> str:
-    """The PR comment: a summary table, then one section per stack. Redacted."""
+def render_markdown(r: Review, *, limit: int = COMMENT_LIMIT,
+                    drift: Sequence[tuple[str, str]] = ()) -> str:
+    """The PR comment: a summary table, then one section per stack. Redacted. DRIFT: (stack,
+    note) of a node `tpuserve tune` left off Terraform's script, said under the table."""
     out = [MARKER, "## tpuserve plan review", "",
            (f"{_code(r.base)} → {_code(r.head)}. Each revision is synthesized offline with its "
            "own code; argv, env, capacity and cost come from each revision's `config/` read by "
            "the current code (config is data)."), ""]
     out += _summary_md(r)
+    if drift:
+        out += ["**The running server is not Terraform's** (`tpuserve tune --keep-best`):", ""]
+        out += [f"- {_code(stack)}: {note}" for stack, note in drift] + [""]
     out += _problems_md("base", r.base_problems) + _problems_md("head", r.head_problems)
     out += _synth_error_md("base", r.base_synth_error)
     out += _synth_error_md("head", r.head_synth_error)

@@ -27,6 +27,7 @@ from tpuserve.settings.base import ConfigError
 from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
+from tpuserve.settings.learned_profiles import learned_problems
 from tpuserve.settings.measured_rules import rule_context
 from tpuserve.settings.price_warnings import cheaper_elsewhere
 from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
@@ -53,7 +54,7 @@ def from_raw(raw: Mapping[str, Any]) -> Loaded:
     """Validate and capacity-check a raw config; raise ConfigError with every problem."""
     deployments, problems = validate(raw)
     for name, d in deployments.items():
-        problems.extend(f"[{name}] {p}" for p in capacity_problems(d))
+        problems.extend(f"[{name}] {p}" for p in capacity_problems(d) + learned_problems(d))
     base = None
     if not problems and (deployments or switched_off(raw)):  # all off: the base stays
         base, base_problems = base_of(raw, deployments)
@@ -190,7 +191,7 @@ def _anchor_geometry(raw: dict[str, Any], base: Path) -> dict[str, Any]:
         if isinstance(stacks, dict) else [raw]
     for table in tables:
         for section, key in (("capacity", "model_geometry"), ("capacity", "weights_index"),
-                             ("pricing", "catalog_file")):
+                             ("capacity", "profiles_dir"), ("pricing", "catalog_file")):
             values = table.get(section)
             name = values.get(key) if isinstance(values, dict) else None
             if isinstance(name, str) and name and not Path(name).is_absolute():

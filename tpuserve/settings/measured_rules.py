@@ -254,6 +254,9 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm.reasoning_parser", "note",
          "gemma4: separates reasoning from the answer; its programs share the "
          f"{_OUTSIDE_CAP}", "SPEC 4"),
+    Rule("vllm.speculative_config", "note",
+         "untried: n-gram drafting needs no draft checkpoint; never booted on the pinned "
+         "image, so it needs allow_untested_speculative_config", "SPEC 4"),
     Rule("access.api_key_proxy", "note",
          "loopback behind the API-key proxy, 0.0.0.0 without it: vLLM's --api-key guards only "
          "/v1", "README, Access", flag="--host"),

@@ -278,6 +278,11 @@ class CapacitySettings(StrictModel):
     # A model.safetensors.index.json (same path rule): weights = its metadata.total_size, a
     # derived upper bound (towers and the checkpoint's dtype included).
     weights_index: str | None = None
+    # A directory of your own measured profiles (`tpuserve tune` records its runs there, one
+    # TOML file per model, accelerator and image: settings/learned_profiles.py), beside the
+    # shipped ones, relative to the file that names it; unset: none. Its refusals are
+    # validators, its measurements `plan` cites (docs/tune.md).
+    profiles_dir: str | None = None
     # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
     expected_clients: Annotated[int, Field(ge=1, le=1_000_000)] | None = 16
     expected_context: Annotated[int, Field(ge=1, le=1 << 24)] | None = 1024
@@ -291,6 +296,11 @@ class CapacitySettings(StrictModel):
     @classmethod
     def _index(cls, v: str | None) -> str | None:
         return None if v is None else check("capacity.weights_index", v, rules.GEOMETRY_PATH)
+
+    @field_validator("profiles_dir")
+    @classmethod
+    def _profiles_dir(cls, v: str | None) -> str | None:
+        return None if v is None else check("capacity.profiles_dir", v, rules.PROFILES_DIR)
 
     @model_validator(mode="after")
     def _one_weights_figure(self) -> CapacitySettings:
@@ -313,6 +323,12 @@ class CapacitySettings(StrictModel):
     @property
     def geometry_path(self) -> Path:
         return (DEFAULT_CONFIG.parent / self.model_geometry).resolve()
+
+    @property
+    def profiles_dir_path(self) -> Path | None:
+        if self.profiles_dir is None:
+            return None
+        return (DEFAULT_CONFIG.parent / self.profiles_dir).resolve()
 
     @property
     def weights_index_path(self) -> Path | None:

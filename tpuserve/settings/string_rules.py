@@ -114,6 +114,7 @@ DURATION = Rule(
     r"(?:[0-9]{1,7}[dhms])+", "a duration like 4h, 90m, 7d, 14400s or 1h30m", 32
 )
 # A local file read at synth (never rendered): printable characters, no newline.
+PROFILES_DIR = Rule(r"[^\x00-\x1f\x7f]+", "a directory path, without control characters", 1024)
 GEOMETRY_PATH = Rule(
     r"[^\x00-\x1f\x7f]+\.json", "a path to a .json file, without control characters", 1024
 )

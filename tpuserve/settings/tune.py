@@ -9,7 +9,7 @@ cell; the command's options of the same names win over them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -44,6 +44,11 @@ class TuneSettings(StrictModel):
     # the ceiling tried with allow_untested_gpu_memory_utilization for that candidate only).
     gpu_memory_utilization: Annotated[
         list[Annotated[float, Field(gt=0.0, le=1.0)]] | None, _Set] = None
+    # vllm.speculative_config tables to try, "off" for none; unset: "off", and n-gram
+    # ({ method = "ngram", num_speculative_tokens = 4, prompt_lookup_max = 4 }) where the stack
+    # sets vllm.allow_untested_speculative_config. Each is checked as [vllm]'s is.
+    speculative_config: Annotated[
+        list[dict[str, Any] | Literal["off"]] | None, _Set] = None
     # The chosen config's p90 time to first token, in ms, in every measured cell.
     max_ttft_p90_ms: Annotated[float, Field(gt=0)] | None = None
     # The chosen config's median time per output token, in ms, in every measured cell.

@@ -3,7 +3,7 @@ of SPEC 4 (settings/measured_rules.py) is enforced by the validators here."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -13,7 +13,7 @@ from pydantic import (
 )
 
 from tpuserve.facts import GPU_MEM_CEILING
-from tpuserve.settings import measured_rules
+from tpuserve.settings import measured_rules, speculative
 from tpuserve.settings import string_rules as rules
 from tpuserve.settings.base import StrictModel, image_reference
 from tpuserve.settings.measured_rules import Flag
@@ -74,6 +74,16 @@ class VllmSettings(StrictModel):
     enable_auto_tool_choice: Annotated[bool, Flag("--enable-auto-tool-choice")] = True
     tool_call_parser: Annotated[str | None, Flag("--tool-call-parser")] = "gemma4"
     reasoning_parser: Annotated[str | None, Flag("--reasoning-parser")] = "gemma4"
+    # Lets vllm.speculative_config through: no method was booted on the pinned image, a moving
+    # tag whose build cannot be checked for the methods it carries (settings/speculative.py).
+    allow_untested_speculative_config: bool = False
+    # vLLM's --speculative-config JSON as a table (or its JSON text), e.g. { method = "ngram",
+    # num_speculative_tokens = 4, prompt_lookup_max = 4 }; keys method (ngram: the TPU
+    # backend's method without a draft checkpoint), num_speculative_tokens (1-16),
+    # prompt_lookup_max and prompt_lookup_min (1-64); unset: no speculative decoding.
+    speculative_config: Annotated[
+        dict[str, Any] | None, Flag("--speculative-config")
+    ] = None
     shm_size: str = "10gb"
     env: TpuInferenceEnv = Field(default_factory=TpuInferenceEnv)
 
@@ -107,6 +117,12 @@ class VllmSettings(StrictModel):
         if isinstance(v, str):
             check(f"vllm.{info.field_name}", v, rules.PARSER)
         return v
+
+    @field_validator("speculative_config", mode="before")
+    @classmethod
+    def _speculative(cls, v: object, info: ValidationInfo) -> object:
+        return speculative.require_allowed(
+            speculative.parse(v), bool(info.data.get("allow_untested_speculative_config")))
 
     @field_validator("shm_size")
     @classmethod

@@ -1,5 +1,6 @@
 """A TuneNode's `measure` on a real server: the project's benchmark (ops/bench.py, what
-`tpuserve bench` runs) over the workload's cells, its figures as bench reports them. A sweep
+`tpuserve bench` runs) over the workload's cells, or the workload's request trace replayed
+through the same engine (tune/trace_replay.py), its figures as bench reports them. A sweep
 with a failed request is no proof the config serves: the candidate fails (fail closed)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from tpuserve.ops import bench as engine
 from tpuserve.ops import server
 from tpuserve.ops.bounded_http import Deadline
 from tpuserve.ops_error import OpsError
+from tpuserve.tune import trace_replay
 from tpuserve.tune.node import CandidateFailed, Measurement
 from tpuserve.tune.workload import Workload
 
@@ -25,8 +27,7 @@ def bench_measure(target_for: Callable[[], ServerTarget], max_model_len: int,
                   ) -> Callable[[Workload, int], Measurement]:
     def measure(workload: Workload, repetitions: int) -> Measurement:
         if workload.trace:
-            raise OpsError("--trace: replaying a trace through the benchmark is not built yet; "
-                           "measure cells (--contexts, --clients)")
+            return _replay(target_for, workload, repetitions, log)
         plan = engine.BenchPlan(contexts=workload.contexts, clients=workload.clients,
                                 repetitions=repetitions, output_tokens=workload.output_tokens)
         start = time.monotonic()
@@ -49,3 +50,30 @@ def bench_measure(target_for: Callable[[], ServerTarget], max_model_len: int,
         return Measurement(tuple(result.cells), time.monotonic() - start, result.errors)
 
     return measure
+
+
+def _replay(target_for: Callable[[], ServerTarget], workload: Workload, repetitions: int,
+            log: Callable[[str], None]) -> Measurement:
+    start = time.monotonic()
+    levels = workload.clients or (1,)
+    try:
+        target = target_for()
+        with server.http_client(60.0, verify=target.ssl_context,
+                                deadline=Deadline(engine.PREFLIGHT_DEADLINE_S)) as http:
+            model, mml = server.served_model(http, target)
+            longest = max(p + o for p, o in workload.trace)
+            if mml is not None and longest > mml:
+                raise OpsError(f"--trace {workload.trace_path}: a request of {longest} tokens "
+                               f"exceeds the server's max_model_len {mml}")
+            words, _method = trace_replay.prompt_words(
+                [p for p, _o in workload.trace],
+                lambda m: server.tokenize_count(http, target, model, m))
+        cells = asyncio.run(trace_replay.replay(target, model, workload.trace, levels,
+                                                repetitions, words, log))
+    except OpsError as exc:
+        raise CandidateFailed(f"the trace replay failed: {exc.line}") from None
+    errors = sum(c.errors for c in cells)
+    if errors or not cells:
+        raise CandidateFailed(f"{errors} request(s) failed in the trace replay; "
+                              f"{len(cells)} cell(s) measured")
+    return Measurement(tuple(cells), time.monotonic() - start, errors)

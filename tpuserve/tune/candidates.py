@@ -1,13 +1,16 @@
 """The configs the tuner may try: sets per flag from the planner or [tune], each candidate
 validated through the real settings model and planner; a refused one is dropped with its reason.
 
-Speculative decoding is not among the flags: the settings have no `[vllm] speculative_config`
-yet, and a candidate is only ever a config the settings can express and validate.
+Speculative decoding (`[vllm] speculative_config`, settings/speculative.py) is searched only
+where the settings take it: n-gram (no draft checkpoint, any model) when the stack's config sets
+vllm.allow_untested_speculative_config, since no method was ever booted on the pinned image;
+[tune] speculative_config lists other tables (or "off") to restrict or extend the set.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,12 +28,17 @@ DIMENSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("VLLM_TPU_BUCKET_PADDING_GAP", ("env", "VLLM_TPU_BUCKET_PADDING_GAP")),
     ("NUM_PRECOMPILE_WORKERS", ("env", "NUM_PRECOMPILE_WORKERS")),
     ("gpu_memory_utilization", ("gpu_memory_utilization",)),
+    ("speculative_config", ("speculative_config",)),
 )
 NAMES = tuple(n for n, _ in DIMENSIONS)
 UNSET = "unset"  # max_num_seqs left to vLLM's default
+OFF = "off"  # no speculative decoding; any other speculative value is its table as JSON
+# n-gram drafting as vLLM documents it; the settings check every key (settings/speculative.py).
+NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
+                   sort_keys=True)
 _SHORT = {"max_num_batched_tokens": "b", "max_num_seqs": "s", "max_model_len": "l",
           "VLLM_TPU_BUCKET_PADDING_GAP": "g", "NUM_PRECOMPILE_WORKERS": "w",
-          "gpu_memory_utilization": "m"}
+          "gpu_memory_utilization": "m", "speculative_config": "d"}
 
 
 @dataclass(frozen=True)
@@ -45,16 +53,19 @@ class Candidate:
 
     @property
     def id(self) -> str:
-        """A short stable name: b4096 s- l32768 g0 w1 m0.92."""
-        return " ".join(f"{_SHORT[k]}{'-' if v == UNSET else v}" for k, v in self.values)
+        """A short stable name: b4096 s- l32768 g0 w1 m0.92 (+ dngram4 with n-gram drafting)."""
+        return " ".join(f"{_SHORT[k]}{_short_value(k, v)}" for k, v in self.values
+                        if not (k == "speculative_config" and v == OFF))
 
     def overlay(self) -> dict[str, Any]:
         """The [vllm] table that sets this config over the stack's own."""
         out: dict[str, Any] = {}
         for name, path in DIMENSIONS:
             value = self.as_dict[name]
-            if value == UNSET:
+            if value in (UNSET, OFF):
                 continue
+            if name == "speculative_config":
+                value = json.loads(value)
             table = out
             for key in path[:-1]:
                 table = table.setdefault(key, {})
@@ -63,6 +74,22 @@ class Candidate:
             # Above the measured ceiling: allowed for this candidate only (SPEC 4).
             out["allow_untested_gpu_memory_utilization"] = True
         return out
+
+
+def _short_value(name: str, value: Any) -> str:
+    if value == UNSET:
+        return "-"
+    if name == "speculative_config":
+        doc = json.loads(value)
+        return f"{doc.get('method')}{doc.get('num_speculative_tokens')}"
+    return str(value)
+
+
+def speculative_value(table: Any) -> str:
+    """A speculative config as a candidate holds it: OFF, or its table as sorted JSON."""
+    if table in (None, "", {}, OFF):
+        return OFF
+    return json.dumps(table, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -98,6 +125,9 @@ def default_sets(d: Deployment) -> dict[str, list[Any]]:
         "VLLM_TPU_BUCKET_PADDING_GAP": [0, 128],
         "NUM_PRECOMPILE_WORKERS": [1, 2, 4],
         "gpu_memory_utilization": [round(ceiling + i / 100, 2) for i in range(max(steps, 1))],
+        # n-gram only where the user allowed an untested speculative config (settings/
+        # speculative.py): otherwise the set is the stack's own.
+        "speculative_config": [OFF] + ([NGRAM] if v.allow_untested_speculative_config else []),
     }
     current = configured(d)
     for name, values in sets.items():
@@ -116,6 +146,7 @@ def configured(d: Deployment) -> dict[str, Any]:
         "VLLM_TPU_BUCKET_PADDING_GAP": v.env.VLLM_TPU_BUCKET_PADDING_GAP,
         "NUM_PRECOMPILE_WORKERS": v.env.NUM_PRECOMPILE_WORKERS,
         "gpu_memory_utilization": v.gpu_memory_utilization,
+        "speculative_config": speculative_value(v.speculative_config),
     }
 
 
@@ -125,6 +156,8 @@ def sets_for(d: Deployment) -> dict[str, list[Any]]:
     for name in NAMES:
         given = getattr(d.tune, name)
         if given is not None:
+            if name == "speculative_config":
+                given = [speculative_value(t) for t in given]
             sets[name] = list(dict.fromkeys(given))
     return sets
 
@@ -135,6 +168,9 @@ def refusal(raw: Mapping[str, Any], stack: str, overlay: Mapping[str, Any]) -> s
     if "max_num_seqs" not in overlay and _sets_max_num_seqs(raw, stack):
         return ("vllm.max_num_seqs: the config sets it and a TOML overlay cannot unset it "
                 "(TOML has no null)")
+    if "speculative_config" not in overlay and _sets(raw, stack, "speculative_config"):
+        return ("vllm.speculative_config: the config sets it; list only speculative configs "
+                "in [tune] speculative_config")
     table = deep_merge(raw.get("stacks", {}).get(stack, {}), {"vllm": dict(overlay)})
     try:
         from_raw({**raw, "stacks": {stack: table}})
@@ -144,8 +180,13 @@ def refusal(raw: Mapping[str, Any], stack: str, overlay: Mapping[str, Any]) -> s
 
 
 def _sets_max_num_seqs(raw: Mapping[str, Any], stack: str) -> bool:
+    return _sets(raw, stack, "max_num_seqs")
+
+
+def _sets(raw: Mapping[str, Any], stack: str, name: str) -> bool:
     own = raw.get("stacks", {}).get(stack, {}).get("vllm", {})
-    return "max_num_seqs" in raw.get("vllm", {}) or "max_num_seqs" in own
+    return any(t.get(name) not in (None, "", {}) for t in (raw.get("vllm", {}), own)
+               if name in t)
 
 
 def space(d: Deployment, raw: Mapping[str, Any], *, limit: int = 4096) -> Space:

@@ -4,13 +4,14 @@ times) and the chart's points."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tpuserve.tune import halving
-from tpuserve.tune.candidates import DIMENSIONS, UNSET, Candidate, Refused
+from tpuserve.tune.candidates import DIMENSIONS, OFF, UNSET, Candidate, Refused
 from tpuserve.tune.score import Constraints, Score, pareto
 from tpuserve.tune.state import Run, TuneState
 
@@ -78,6 +79,13 @@ def overlay_toml(summary: Summary, chosen: Candidate, state: TuneState,
                                                                       candidates)
         if value == UNSET:
             lines.append(f"# {dim}: left to vLLM's default; {note}")
+            continue
+        if value == OFF:
+            lines.append(f"# {dim}: none; {note}")
+            continue
+        if dim == "speculative_config":
+            table = ", ".join(f"{k} = {json.dumps(x)}" for k, x in json.loads(value).items())
+            lines.append(f"{dim} = {{ {table} }}  # {note}")
             continue
         line = f"{path[-1]} = {value!r}  # {note}".replace("True", "true")
         (env_lines if path[0] == "env" else lines).append(line)

@@ -55,13 +55,17 @@ class TuneState:
     last_good: str = TERRAFORM
     spent_s: float = 0.0
     done: bool = False
+    # Where the run left a node that is not on Terraform's script (tune/drift.py).
+    node_on_sha256: str | None = None
+    overlay: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": VERSION, "stack": self.stack, "fingerprint": self.fingerprint,
                 "rung": self.rung, "at_rung": self.at_rung, "pending": self.pending,
                 "runs": {k: [r.to_json() for r in v] for k, v in self.runs.items()},
                 "node_on": self.node_on, "settled": self.settled, "last_good": self.last_good,
-                "spent_s": self.spent_s, "done": self.done}
+                "spent_s": self.spent_s, "done": self.done,
+                "node_on_sha256": self.node_on_sha256, "overlay": self.overlay}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TuneState:
@@ -71,7 +75,7 @@ class TuneState:
                    list(doc["pending"]),
                    {k: [Run.from_json(r) for r in v] for k, v in doc["runs"].items()},
                    doc["node_on"], doc["settled"], doc["last_good"], doc["spent_s"],
-                   doc["done"])
+                   doc["done"], doc.get("node_on_sha256"), doc.get("overlay"))
 
 
 def save(state: TuneState, path: Path) -> None:

@@ -24,11 +24,14 @@ class Workload:
 
     @property
     def cells(self) -> int:
-        return 1 if self.trace else len(self.contexts) * len(self.clients)
+        if self.trace:  # one cell per clients level the trace is replayed at
+            return max(len(self.clients), 1)
+        return len(self.contexts) * len(self.clients)
 
     def describe(self) -> str:
         if self.trace:
-            return f"trace {self.trace_path} ({len(self.trace)} requests)"
+            at = f" x clients {','.join(map(str, self.clients))}" if self.clients else ""
+            return f"trace {self.trace_path} ({len(self.trace)} requests){at}"
         return (f"contexts {','.join(map(str, self.contexts))} x clients "
                 f"{','.join(map(str, self.clients))}, {self.output_tokens} output tokens")
 

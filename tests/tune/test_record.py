@@ -1,0 +1,148 @@
+"""Measurements become rules: a tune run recorded in [capacity] profiles_dir (the chosen config
+with its figures, every failed boot with its error), cited by `plan`, and each learned refusal
+a validator for its (model, accelerator, image) in one line."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli_support import assert_one_line_error, invoke
+from tests.tune.toy_node import ToyNode, base_values
+from tpuserve.settings import ConfigError, load
+from tpuserve.settings.learned_profiles import learned_sources
+from tpuserve.tune.candidates import sets_for
+
+TUNE = """
+[capacity]
+profiles_dir = "profiles"
+
+[tune]
+max_num_batched_tokens = [4096]
+max_num_seqs = ["unset"]
+max_model_len = [32768]
+VLLM_TPU_BUCKET_PADDING_GAP = [0]
+NUM_PRECOMPILE_WORKERS = [1, 4]
+gpu_memory_utilization = [0.92, 0.93]
+"""
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text(TUNE)
+    env = {"TPUSERVE_CONFIG": str(cfg)}
+    d = load(environ=env).deployments["flex"]
+    # The node's memory wall at 0.93: those candidates fail to boot (691 s, SPEC 4's error).
+    node = ToyNode(2, sets_for(d), base_values(d), wall=0.93)
+    monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda *_a: node)
+    monkeypatch.chdir(tmp_path)
+    return {"env": env, "cfg": cfg, "tmp": tmp_path, "d": d, "node": node}
+
+
+def _tune(setup: dict[str, Any], *args: str) -> Any:
+    return invoke("tune", "flex", "--yes", "--contexts", "1024", "--clients", "1,16", "--out",
+                  str(setup["tmp"] / "out"), "--json", *args, env=setup["env"])
+
+
+def test_a_run_is_recorded_and_plan_cites_it(setup: dict[str, Any]) -> None:
+    r = _tune(setup)
+    assert r.exit_code == 0, r.stderr
+    path = Path(json.loads(r.stdout)["profile"])
+    assert path.parent == setup["tmp"] / "profiles"  # beside the user's file
+    doc = tomllib.loads(path.read_text())
+    d = setup["d"]
+    assert (doc["model"], doc["accelerator"], doc["image"]) == (
+        d.vllm.model, d.tpu.accelerator_type, d.vllm.image)
+    (measured,) = doc["measured"]
+    assert measured["node"] == d.node_name and measured["values"][
+        "vllm.gpu_memory_utilization"] == 0.92
+    # Both 0.93 candidates failed to boot: each a refusal with the node's error.
+    assert {tuple(sorted(x["values"].items())) for x in doc["refusals"]} >= {
+        (("vllm.gpu_memory_utilization", 0.93),)}
+    assert all("691" in x["error"] or "Allocation" in x["error"] for x in doc["refusals"])
+    # plan cites the measurement instead of leaving the stack's figures derived.
+    p = invoke("plan", "--stack", "flex", "--json", env=setup["env"])
+    assert p.exit_code == 0, p.stderr
+    tuned = json.loads(p.stdout)["sources"]["tuned"]
+    assert tuned.startswith(f"measured by tpuserve tune on {measured['date']}, node "
+                            f"{d.node_name}")
+    # The default config (no profiles_dir) cites nothing.
+    assert learned_sources(load(environ={}).deployments["flex"]) == {}
+
+
+def test_a_learned_refusal_is_a_validator_in_one_line(setup: dict[str, Any]) -> None:
+    assert _tune(setup).exit_code == 0
+    mine = setup["cfg"]
+    mine.write_text(mine.read_text() + '\n[stacks.flex.vllm]\ngpu_memory_utilization = 0.93\n'
+                    'allow_untested_gpu_memory_utilization = true\n')
+    with pytest.raises(ConfigError) as err:
+        load(environ=setup["env"])
+    (line,) = [p for p in err.value.problems if "failed to boot" in p]
+    assert "vllm.gpu_memory_utilization = 0.93" in line and setup["d"].node_name in line
+    assert "learned by tpuserve tune" in line and "\n" not in line
+    r = invoke("plan", "--stack", "flex", env=setup["env"])
+    assert_one_line_error(r, "vllm.gpu_memory_utilization = 0.93", "failed to boot")
+
+
+def test_the_next_search_never_tries_a_learned_refusal(setup: dict[str, Any]) -> None:
+    assert _tune(setup).exit_code == 0
+    r = _tune(setup, "--fresh", "--no-record")
+    # The 0.93 candidates are refused by the learned validator, before anything boots.
+    assert r.exit_code == 0, r.stderr
+    assert "2 candidates (1 refused)" in " ".join(r.stderr.split())
+    report = (setup["tmp"] / "out" / "tune-flex-report.md").read_text()
+    assert "gpu_memory_utilization = 0.93" in report and "learned by tpuserve tune" in report
+    assert "m0.93" not in json.loads(r.stdout)["best"]
+
+
+def test_record_without_a_profiles_dir_is_a_usage_error(setup: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    setup["cfg"].write_text(TUNE.replace('profiles_dir = "profiles"', ""))
+    r = _tune(setup, "--record")
+    assert_one_line_error(r, "--record", "profiles_dir")
+    assert r.exit_code == 2
+
+
+def test_a_broken_profile_file_fails_closed(setup: dict[str, Any]) -> None:
+    profiles = setup["tmp"] / "profiles"
+    profiles.mkdir()
+    (profiles / "x.toml").write_text('version = 1\nmodel = "m"\n[[refusals]]\nerror = 3\n')
+    with pytest.raises(ConfigError) as err:
+        load(environ=setup["env"])
+    assert any("x.toml" in p and "capacity.profiles_dir" in p for p in err.value.problems)
+
+
+def test_a_hostile_error_round_trips_as_one_line(tmp_path: Path) -> None:
+    from tpuserve.settings.learned_profiles import LearnedProfile, Refusal, parse, refusal_line
+    from tpuserve.tune.record import to_toml
+
+    bad = 'boom"\n[[refusals]]\nx = "\\u0000 $(rm -rf /)'
+    p = LearnedProfile(tmp_path / "p.toml", "m/x", "v5litepod-1", "img@sha256:ab", (),
+                       (Refusal("2026-12-02", "node-1", "c", bad,
+                                {"vllm.max_num_batched_tokens": 8192,
+                                 "vllm.env.NUM_PRECOMPILE_WORKERS": 4}),))
+    back = parse(p.path, to_toml(p))
+    (r,) = back.refusals
+    assert r.values == {"vllm.max_num_batched_tokens": 8192,
+                        "vllm.env.NUM_PRECOMPILE_WORKERS": 4}
+    line = refusal_line(back, r)
+    assert "\n" not in line and "\x00" not in line
+    assert line.startswith("vllm.max_num_batched_tokens = 8192 with "
+                           "vllm.env.NUM_PRECOMPILE_WORKERS = 4: failed to boot on node node-1 "
+                           "on 2026-12-02")
+
+
+def test_an_interrupted_run_records_nothing_and_resumes(setup: dict[str, Any]) -> None:
+    setup["node"].interrupt_at_measure = 2
+    r = _tune(setup)
+    assert r.exit_code == 130, r.stderr
+    # Nothing learned yet: a refusal would change the candidates the resume needs.
+    assert not (setup["tmp"] / "profiles").exists()
+    r = _tune(setup)
+    assert r.exit_code == 0, r.stderr
+    assert "resuming" in r.stderr and Path(json.loads(r.stdout)["profile"]).is_file()
