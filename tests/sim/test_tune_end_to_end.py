@@ -140,5 +140,10 @@ def test_the_budget_stops_the_search_with_exit_3(tmp_path: Path) -> None:
         assert "budget reached" in said and "past --budget-usd 0.5" in said
         state = s.state()
         assert 1 <= len(state["runs"]) < 4 and not state["done"]
-        assert state["spent_s"] / 3600 * s.d.usd_per_hour <= 0.5
+        # Within the budget but for the end's boot of Terraform's script (runner.Budget
+        # leaves that boot out of the check, as tests/tune/test_search.py holds).
+        tried = sum(r["boot"]["boot_s"] + r["measure_s"] for rs in state["runs"].values()
+                    for r in rs)
+        assert tried / 3600 * s.d.usd_per_hour <= 0.5
+        assert state["spent_s"] > tried  # ... which is counted in what was spent
         _on(s, "terraform")
