@@ -22,6 +22,7 @@ class NodeLink:
         d = node.deployment
         self.name = f"projects/{d.gcp.project}/locations/{d.gcp.zone}/nodes/{d.node_name}"
         self._script: str | None = None
+        self.scripts: list[str] = []  # every startup-script the node was given, in order
         self._copied: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="node-link", daemon=True)
@@ -49,6 +50,7 @@ class NodeLink:
         if script is not None and script != self._script:
             self.cloud.metadata.set_attribute("startup-script", script)
             self._script = script
+            self.scripts.append(script)
         for key, value in self.cloud.metadata.namespace(NAMESPACE).items():
             if self._copied.get(key) != value:
                 self.cloud.tpu.set_guest_attribute(self.name, key, value, namespace=NAMESPACE)

@@ -15,17 +15,31 @@ from .common import StackArg, command, console, emit_json
 
 EXIT_BUDGET = 3
 DEFAULT_CONTEXTS, DEFAULT_CLIENTS = "1024,8192", "1,16,64"
+MIN_POLL_S, MIN_BOOT_TIMEOUT_S = 0.05, 120.0
 
 
 def node_for(d: Any, raw: Any, workload: Any, api_key: str | None) -> Any:
     """The stack's node as a TuneNode (tpuserve/tune/tpu_node.py: the TPU API's metadata
     patch, the watcher's re-run, guest-attribute boot phases; the benchmark measures)."""
+    from tpuserve.gcp.retry import RetryPolicy
+    from tpuserve.tune import tpu_node
     from tpuserve.tune.bench_measure import bench_measure
     from tpuserve.tune.tpu_node import TpuNode
 
     measure = bench_measure(lambda: common.resolve_target(d.name, None, api_key)[0],
                             d.vllm.max_model_len, common.log)
-    return TpuNode(d, raw, common.tpu_api(), measure=measure)
+    # A simulated node boots TPUSERVE_TIME_SCALE times faster: poll in proportion (a 15 s
+    # poll would dwarf a 2 s simulated boot; a floor so 0 does not spin), bound the wait
+    # likewise with room for the fakes' own seconds, and read its boots in node seconds.
+    scale = RetryPolicy.from_env().time_scale
+    timeout = tpu_node.BOOT_TIMEOUT_S
+    if 0 < scale < 1:
+        timeout = max(timeout * scale, MIN_BOOT_TIMEOUT_S)
+    tpu = common.tpu_api()
+    if hasattr(tpu, "poll_interval"):  # nodes.patch's operation: polled 5 s apart
+        tpu.poll_interval = max(tpu.poll_interval * scale, MIN_POLL_S)
+    return TpuNode(d, raw, tpu, measure=measure, time_scale=scale,
+                   poll_s=max(tpu_node.POLL_S * scale, MIN_POLL_S), boot_timeout_s=timeout)
 
 
 def _ints(option: str, text: str) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from tpuserve.ops.boot_phases import NAMESPACE, parse_boot
@@ -47,13 +48,18 @@ class TpuNode:
                  render: Callable[[Deployment], str] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 poll_s: float | None = None, boot_timeout_s: float | None = None) -> None:
+                 poll_s: float | None = None, boot_timeout_s: float | None = None,
+                 time_scale: float = 1.0) -> None:
         if render is None:
             from tpuserve.render.boot_script import render_startup as render
         self.d, self.raw, self.tpu, self._measure = d, raw, tpu, measure
         self.render, self.clock, self.sleep = render, clock, sleep
         self.poll_s = POLL_S if poll_s is None else poll_s
         self.boot_timeout_s = BOOT_TIMEOUT_S if boot_timeout_s is None else boot_timeout_s
+        # Wall seconds per node second (TPUSERVE_TIME_SCALE on a simulated node, 1 on a real
+        # one): a boot's phases are read back in node seconds, so the budget and the report
+        # count a boot as the node's time, not the simulation's.
+        self.time_scale = time_scale if time_scale > 0 else 1.0
 
     def terraform_script(self) -> str:
         """The script Terraform deployed: what the stack's own config renders."""
@@ -100,9 +106,9 @@ class TpuNode:
                 # node's own boot ran it, and its phases say how that boot ended.
                 report = parse_boot(attrs)
                 if report.state in ("ready", "failed"):
-                    return boot_record(report)
+                    return self._in_node_seconds(boot_record(report))
             if word is not None and word.script_sha256 == want and word.state in FINAL_STATES:
-                rec = boot_record(parse_boot(attrs))
+                rec = self._in_node_seconds(boot_record(parse_boot(attrs)))
                 if word.state == "applied" and rec.ok:
                     return rec
                 return BootRecord(False, rec.boot_s, rec.compile_s, rec.cache_hit,
@@ -113,7 +119,14 @@ class TpuNode:
                                f"{'gone' if node is None else node.state}")
             elapsed = self.clock() - start
             if elapsed >= self.boot_timeout_s:
-                return BootRecord(False, elapsed, error=(
+                return BootRecord(False, elapsed / self.time_scale, error=(
                     f"no applied or failed word for script sha256 {want[:12]} after "
                     f"{elapsed:.0f} s"))
             self.sleep(min(self.poll_s, self.boot_timeout_s - elapsed))
+
+    def _in_node_seconds(self, rec: BootRecord) -> BootRecord:
+        if self.time_scale == 1.0:
+            return rec
+        return replace(rec, boot_s=rec.boot_s / self.time_scale,
+                       compile_s=None if rec.compile_s is None
+                       else rec.compile_s / self.time_scale)
