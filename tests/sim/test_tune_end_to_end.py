@@ -8,6 +8,7 @@ simulator's optimum the tuner has to find by measuring.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 import tomllib
@@ -20,6 +21,16 @@ from tests.render.boot.support import NAMESPACE, wait_for
 from tests.sim.tune_support import SimFlex, expected, sim_flex
 from tpuserve.ops.reconverge import parse_reconverge
 from tpuserve.tune.tpu_node import sha256
+
+# The simulated server paces every request in (scaled) real time: with a second xdist worker
+# busy beside it, its benchmark's requests failed (one full parallel run on this 2-core
+# machine), while alone the module passes (4 passed, 211 s). So it runs alone: `.ci/run` has a
+# step of its own for it, serially, after the parallel suite.
+E2E_ENV = "TPUSERVE_TUNE_E2E"
+pytestmark = pytest.mark.skipif(
+    os.environ.get(E2E_ENV) != "1",
+    reason=f"runs alone (timing): {E2E_ENV}=1 ./dev test tests/sim/test_tune_end_to_end.py -n 0, "
+           "as .ci/run does")
 
 
 def _id(b: int, u: float) -> str:
