@@ -130,6 +130,7 @@ def synthesized_for(accelerator: str, tmp: Path) -> tuple[dict[str, Deployment],
     """The deployments and synthesized stacks of a user file that picks `accelerator`
     (synthesized once per accelerator and module, into `tmp`)."""
     if accelerator not in _SYNTH:
+        tmp.mkdir(parents=True, exist_ok=True)  # a caller may name a directory not made yet
         user = tmp / f"{accelerator}.toml"
         zone = f'[gcp]\nzone = "{ZONE_FOR[accelerator]}"\n' if accelerator in ZONE_FOR else ""
         user.write_text(f'{zone}[tpu]\naccelerator_type = "{accelerator}"\n')
