@@ -16,7 +16,7 @@ import typer
 from tpuserve.ops import bench as engine
 from tpuserve.ops import bench_report, server
 from tpuserve.ops.bounded_http import Deadline
-from tpuserve.ops.errors import EXIT_INTERRUPTED, EXIT_USAGE, OpsError
+from tpuserve.ops.errors import EXIT_INTERRUPTED, OpsError
 from tpuserve.settings import Deployment
 
 from . import common
@@ -30,18 +30,8 @@ from .common import (
     command,
     console,
     emit_json,
+    positive_ints,
 )
-
-
-def _ints(option: str, text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        values = ()
-    if not values or any(v < 1 for v in values):
-        raise OpsError(f"{option} = {text!r}: a comma-separated list of positive integers, "
-                       "e.g. 1,4,16,64", exit_code=EXIT_USAGE)
-    return values
 
 
 def prices(d: Deployment | None) -> dict[str, float]:
@@ -114,7 +104,7 @@ def bench(
     repetitions, per context x clients; $/M output tokens per provisioning model. Writes
     bench-NAME-TIME.json (the planner's throughput table) and .png to --out."""
     plan = engine.BenchPlan(
-        contexts=_ints("--contexts", contexts), clients=_ints("--clients", clients),
+        contexts=positive_ints("--contexts", contexts), clients=positive_ints("--clients", clients),
         repetitions=repetitions, output_tokens=output_tokens,
         requests_per_client=requests_per_client, warmup=warmup, ignore_eos=ignore_eos,
         timeout_s=timeout, deadline_s=request_deadline, run_deadline_s=deadline,

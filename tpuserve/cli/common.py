@@ -78,6 +78,18 @@ ApiKeyOpt = Annotated[
 ]
 
 
+def positive_ints(option: str, text: str) -> tuple[int, ...]:
+    """A comma-separated option of positive integers (bench's and tune's --contexts/--clients)."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise OpsError(f"{option} = {text!r}: a comma-separated list of positive integers, "
+                       "e.g. 1,4,16,64", exit_code=EXIT_USAGE)
+    return values
+
+
 def emit_json(obj: Any, *, line: bool = False) -> None:
     """One JSON document on stdout (no rich markup, no wrapping); `line`: on one line (JSON
     Lines, for streams of documents such as `status --watch --json`)."""

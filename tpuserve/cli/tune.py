@@ -11,7 +11,7 @@ import typer
 from tpuserve.ops.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, OpsError
 
 from . import common
-from .common import StackArg, command, console, emit_json
+from .common import StackArg, command, console, emit_json, positive_ints
 
 EXIT_BUDGET = 3
 DEFAULT_CONTEXTS, DEFAULT_CLIENTS = "1024,8192", "1,16,64"
@@ -42,15 +42,6 @@ def node_for(d: Any, raw: Any, workload: Any, api_key: str | None) -> Any:
                    poll_s=max(tpu_node.POLL_S * scale, MIN_POLL_S), boot_timeout_s=timeout)
 
 
-def _ints(option: str, text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        values = ()
-    if not values or any(v < 1 for v in values):
-        raise OpsError(f"{option} = {text!r}: a comma-separated list of positive integers",
-                       exit_code=EXIT_USAGE)
-    return values
 
 
 def _confirmed() -> bool:
@@ -132,12 +123,12 @@ def tune(
                                  min_stream_tok_s=min_stream_tok_s)
     if trace is not None:
         # The trace replayed at each --clients level (tune/trace_replay.py).
-        workload = Workload(clients=_ints("--clients", clients),
+        workload = Workload(clients=positive_ints("--clients", clients),
                             trace=read_trace(trace, d.vllm.max_model_len),
                             trace_path=str(trace))
     else:
-        workload = Workload(_ints("--contexts", contexts), _ints("--clients", clients),
-                            output_tokens)
+        workload = Workload(positive_ints("--contexts", contexts),
+                            positive_ints("--clients", clients), output_tokens)
         if max(workload.contexts) + output_tokens > d.vllm.max_model_len:
             raise OpsError(f"--contexts {contexts}: {max(workload.contexts)} + "
                            f"{output_tokens} output tokens exceed vllm.max_model_len = "
