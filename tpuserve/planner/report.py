@@ -110,9 +110,10 @@ def cost_table(plan: Plan, mark: str = "", legend: str | None = None,
               caption_justify="left")
     for i, cell in enumerate(plan.throughput.cells):
         prices = [f"${c.usd_per_million_output_tokens[i][1]:.3f}" for c in plan.costs]
-        m = " m" if cell.key in measured else ""
-        t.add_row(f"{cell.context:,} x {cell.clients}{m}", f"{cell.output_tokens_per_s:,.1f}",
-                  *prices)
+        # A measured row is marked `m` (compact, so an 80-column terminal keeps it one line).
+        label = f"{cell.context:,}x{cell.clients} m" if cell.key in measured else \
+            f"{cell.context:,} x {cell.clients}"
+        t.add_row(label, f"{cell.output_tokens_per_s:,.1f}", *prices)
     t.add_row("$/hour", "", *[f"${c.usd_per_hour:.4f}" for c in plan.costs], style="bold")
     t.add_row(
         f"$/month ({plan.hours_per_month:g} h)",
