@@ -157,3 +157,15 @@ def test_hostile_cells_are_refused_in_one_line(tmp_path: Path, cell: str, why: s
     with pytest.raises(ValueError) as err:
         parse(tmp_path / "p.toml", text)
     assert why in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("stack", ["spot", "ondemand", "flex"])
+def test_a_vm_stack_accepts_the_pinned_reference_and_runs_it(tmp_path: Path, stack: str) -> None:
+    from tpuserve.render.boot_script import render_startup
+
+    pinned = f"vllm/vllm-tpu:nightly@{TOY_DIGEST}"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[stacks.{stack}.vllm]\nimage = "{pinned}"\n')
+    d = load(environ={"TPUSERVE_CONFIG": str(cfg)}).deployments[stack]
+    assert d.vllm.image == pinned
+    assert f"IMAGE={pinned}" in render_startup(d) or f"IMAGE='{pinned}'" in render_startup(d)

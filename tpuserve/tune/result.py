@@ -110,7 +110,7 @@ def _ceiling(accelerator: str | None) -> str:
     if a is None:
         return "the slice's gpu_memory_utilization ceiling"
     c = memory_ceiling(a)
-    return f"the ceiling {c.value:g} on {a.accelerator_type} ({c.source})"
+    return f"the slice's gpu_memory_utilization ceiling {c.value:g}, {c.source}"
 
 
 def _image_lines(image: str | None, digest: str | None) -> list[str]:
