@@ -88,6 +88,9 @@ def test_another_digest_or_other_flags_use_nothing(setup: dict[str, Any]) -> Non
     assert "tuned" not in json.loads(p.stdout)
     (note,) = [ln for ln in p.stderr.splitlines() if "tuned profile exists" in ln]
     assert "pins another digest" in note and TOY_DIGEST in note
+    # synth prints the loader's warnings: the same line.
+    assert any("tuned profile exists" in w and TOY_DIGEST in w for w in load(
+        environ={"TPUSERVE_CONFIG": f"{setup['cfg']}:{other}"}).warnings)
     # The digest pinned but another flag than measured: not this config's figures.
     flags = overlay.with_name("flags.toml")
     flags.write_text(overlay.read_text().replace("NUM_PRECOMPILE_WORKERS = 1",
