@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.cli_support import invoke
-from tests.tune.toy_node import ToyNode, base_values
+from tests.tune.toy_node import TOY_DIGEST, ToyNode, base_values
 from tpuserve.review.markdown import render_markdown
 from tpuserve.review.model import Review
 from tpuserve.settings import load
@@ -70,6 +70,17 @@ def test_review_says_the_drift_until_the_overlay_is_merged(kept: dict[str, Any])
     both = {"TPUSERVE_CONFIG": f"{kept['cfg']}:{kept['overlay']}"}
     (merged,) = review_notes(load(environ=both).deployments, lambda n: state_path(n, env))
     assert merged["merged"] and "records it in Terraform's state" in merged["note"]
+    # The overlay pins the build the node's boot ran: merged, and deploying it re-runs once.
+    assert f"pinned to the build the node runs ({TOY_DIGEST})" in merged["note"]
+
+
+def test_an_overlay_pinned_to_another_build_is_not_merged(kept: dict[str, Any]) -> None:
+    other = kept["overlay"].with_name("other.toml")
+    other.write_text(kept["overlay"].read_text().replace(TOY_DIGEST, "sha256:" + "5" * 64))
+    env = {"TPUSERVE_CONFIG": f"{kept['cfg']}:{other}"}
+    (note,) = review_notes(load(environ=env).deployments,
+                           lambda n: state_path(n, kept["env"]))
+    assert not note["merged"] and "not what the node runs" in note["note"]
 
 
 def test_the_review_command_reads_the_state_beside_its_config(kept: dict[str, Any]) -> None:

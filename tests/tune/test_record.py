@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.cli_support import assert_one_line_error, invoke
-from tests.tune.toy_node import ToyNode, base_values
+from tests.tune.toy_node import TOY_DIGEST, ToyNode, base_values
+from tpuserve.planner.tuned import tuned_for
 from tpuserve.settings import ConfigError, load
-from tpuserve.settings.learned_profiles import learned_sources
 from tpuserve.tune.candidates import sets_for
 
 TUNE = """
@@ -56,8 +56,8 @@ def test_a_run_is_recorded_and_plan_cites_it(setup: dict[str, Any]) -> None:
     assert path.parent == setup["tmp"] / "profiles"  # beside the user's file
     doc = tomllib.loads(path.read_text())
     d = setup["d"]
-    assert (doc["model"], doc["accelerator"], doc["image"]) == (
-        d.vllm.model, d.tpu.accelerator_type, d.vllm.image)
+    assert (doc["model"], doc["accelerator"], doc["image"], doc["image_digest"]) == (
+        d.vllm.model, d.tpu.accelerator_type, d.vllm.image, TOY_DIGEST)
     (measured,) = doc["measured"]
     assert measured["node"] == d.node_name and measured["values"][
         "vllm.gpu_memory_utilization"] == 0.92
@@ -65,14 +65,14 @@ def test_a_run_is_recorded_and_plan_cites_it(setup: dict[str, Any]) -> None:
     assert {tuple(sorted(x["values"].items())) for x in doc["refusals"]} >= {
         (("vllm.gpu_memory_utilization", 0.93),)}
     assert all("691" in x["error"] or "Allocation" in x["error"] for x in doc["refusals"])
-    # plan cites the measurement instead of leaving the stack's figures derived.
+    # The image is a tag (it names no build): plan uses nothing and says which pin would.
     p = invoke("plan", "--stack", "flex", "--json", env=setup["env"])
     assert p.exit_code == 0, p.stderr
-    tuned = json.loads(p.stdout)["sources"]["tuned"]
-    assert tuned.startswith(f"measured by tpuserve tune on {measured['date']}, node "
-                            f"{d.node_name}")
+    assert "tuned" not in json.loads(p.stdout)["sources"]
+    (note,) = [ln for ln in p.stderr.splitlines() if "tuned profile exists" in ln]
+    assert f"vllm/vllm-tpu:nightly@{TOY_DIGEST}" in note
     # The default config (no profiles_dir) cites nothing.
-    assert learned_sources(load(environ={}).deployments["flex"]) == {}
+    assert tuned_for(load(environ={}).deployments["flex"]) == (None, None)
 
 
 def test_a_learned_refusal_is_a_validator_in_one_line(setup: dict[str, Any]) -> None:
@@ -111,7 +111,8 @@ def test_record_without_a_profiles_dir_is_a_usage_error(setup: dict[str, Any],
 def test_a_broken_profile_file_fails_closed(setup: dict[str, Any]) -> None:
     profiles = setup["tmp"] / "profiles"
     profiles.mkdir()
-    (profiles / "x.toml").write_text('version = 1\nmodel = "m"\n[[refusals]]\nerror = 3\n')
+    (profiles / "x.toml").write_text(f'version = 2\nmodel = "m"\nimage_digest = "{TOY_DIGEST}"\n'
+                                     '[[refusals]]\nerror = 3\n')
     with pytest.raises(ConfigError) as err:
         load(environ=setup["env"])
     assert any("x.toml" in p and "capacity.profiles_dir" in p for p in err.value.problems)
@@ -122,7 +123,7 @@ def test_a_hostile_error_round_trips_as_one_line(tmp_path: Path) -> None:
     from tpuserve.tune.record import to_toml
 
     bad = 'boom"\n[[refusals]]\nx = "\\u0000 $(rm -rf /)'
-    p = LearnedProfile(tmp_path / "p.toml", "m/x", "v5litepod-1", "img@sha256:ab", (),
+    p = LearnedProfile(tmp_path / "p.toml", "m/x", "v5litepod-1", "img:t", TOY_DIGEST, (),
                        (Refusal("2026-12-02", "node-1", "c", bad,
                                 {"vllm.max_num_batched_tokens": 8192,
                                  "vllm.env.NUM_PRECOMPILE_WORKERS": 4}),))

@@ -46,6 +46,9 @@ def values_of(overlay: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, 
     return out
 
 
+TOY_DIGEST = "sha256:" + "7" * 64  # the toy's image build, as a boot's `image` phase says it
+
+
 class ToyNode:
     def __init__(self, seed: int, sets: Mapping[str, Sequence[Any]], base: Mapping[str, Any],
                  *, wall: float | None = None) -> None:
@@ -70,6 +73,9 @@ class ToyNode:
         self.interrupt_in_apply_of: str | None = None
         self.crash: set[str] = set()
         self.gone_at_measure: int | None = None
+        # The build each boot reports in its `image` phase (None: a boot that never got there).
+        self.digest: str | None = TOY_DIGEST
+        self.failed_digest: str | None = TOY_DIGEST
 
     # ---- the response model
     def values(self) -> dict[str, Any]:
@@ -87,13 +93,14 @@ class ToyNode:
     def _boot(self, overlay: Mapping[str, Any] | None) -> BootRecord:
         v = values_of(overlay or {}, self._base)
         if not self.boots(v):
-            return BootRecord(False, 691.0, error="RuntimeProgramAllocationFailure")
+            return BootRecord(False, 691.0, error="RuntimeProgramAllocationFailure",
+                              digest=self.failed_digest)
         programs = tuple(v[n] for n in NAMES if n not in ("gpu_memory_utilization",
                                                          "NUM_PRECOMPILE_WORKERS"))
         warm = programs in self._seen
         self._seen.add(programs)
         compile_s = 600 / math.sqrt(v["NUM_PRECOMPILE_WORKERS"]) * (0.2 if warm else 1.0)
-        return BootRecord(True, 120 + compile_s, compile_s, warm)
+        return BootRecord(True, 120 + compile_s, compile_s, warm, digest=self.digest)
 
     # ---- TuneNode
     def apply(self, overlay: Mapping[str, Any]) -> BootRecord:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,10 +21,10 @@ from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_thr
 from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.planner.throughput import PlanThroughput, bench_reference, plan_throughput
+from tpuserve.planner.tuned import Tuned, tuned_for
 from tpuserve.prices import sources_line
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
-from tpuserve.settings.learned_profiles import learned_sources
 from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
 from tpuserve.settings.model_inputs import plan_sources
 
@@ -160,7 +161,15 @@ def plan(
     # Measured for the measured pair (or a bench of this deployment), else derived: never
     # another model's or slice's figures in this one's place (planner/throughput.py).
     tput = plan_throughput(d, table, _bench_label(throughput))
-    result = plan_for(d, throughput=tput.table)
+    # The user's own tune measurement of this very config (image digest and flags), used in
+    # place of what it measured: cells (unless --throughput gives a bench) and a boot.
+    tuned, tuned_line = tuned_for(d)
+    if tuned is not None and table is not None:
+        tuned = Tuned(tuned.profile, replace(tuned.measured, cells=()))
+        tuned_line = tuned.source()
+    result = plan_for(d, throughput=tput.table if tuned is None else tuned.table(tput.table),
+                      **({} if tuned is None or tuned.boot_kind is None else
+                         {f"{tuned.boot_kind}_start_s": tuned.measured.boot_s}))
     for warning in all_warnings(d):
         err_console.print(f"tpuserve: warning: [{stack}] {warning}", markup=False,
                           soft_wrap=True)
@@ -182,15 +191,19 @@ def plan(
         return
     # What stays billed after `cdktf destroy STACK`: the deployment's base.
     dormant = dormant_base()
-    # `tuned`: the user's own measurement of this (model, accelerator, image), when recorded.
-    sources = {**plan_sources(d), "throughput": tput.source,
+    # `tuned`: the user's own measurement of this (model, accelerator, image digest).
+    tuned_keys = ", ".join(c.key for c in tuned.cells) if tuned is not None else ""
+    sources = {**plan_sources(d), "throughput": tput.source + (
+                   f"; {tuned_keys} measured by tpuserve tune instead (tuned)" if tuned_keys
+                   else ""),
                "prices": sources_line(d.sourced_prices()),  # each $ figure's (docs/prices.md)
-               **learned_sources(d)}
+               **({} if tuned_line is None else {"tuned": tuned_line})}
     if json_output:
         emit_json(_finite({"stack": stack, "provisioning_model": d.stack.provisioning_model,
                            **result.to_json(),
                            "base": {"deployment": d.gcp.deployment, **dormant.as_json()},
                            **({} if fleet is None else {"fleet": fleet.as_json()}),
+                           **({} if tuned is None else {"tuned": tuned.as_json()}),
                            "sources": sources}))
         return
     from tpuserve.planner import report as plan_report
@@ -202,6 +215,7 @@ def plan(
         labels["weights"] = ("weights (capacity.weights_gib)" if sources["weights_bytes"]
                              .startswith("capacity.") else "weights (derived: index total_size)")
     labels.update(_throughput_labels(tput))
+    labels.update(_tuned_labels(tuned, result))
     if "boot_times" in sources:  # SPEC 4's boots stand in: the rebuild table says so
         labels["rebuild_legend"] = ("seconds d = derived: Gemma 4 E2B's boots on v5litepod-1 "
                                     "(SPEC 4), not this model's or chip's; the $ and "
@@ -237,6 +251,20 @@ def _throughput_labels(tput: PlanThroughput) -> dict[str, str]:
                              "measured SPEC 6 (Gemma 4 E2B, v5litepod-1) by bytes per decode "
                              "step and bandwidth (throughput: below); every $/M figure is "
                              "computed from it")}
+
+
+def _tuned_labels(tuned: Tuned | None, result: Any) -> dict[str, str]:
+    """The rows the tune measurement fills, marked `m` in the $/M and rebuild tables."""
+    if tuned is None:
+        return {}
+    out = {"tuned_cells": ",".join(c.key for c in tuned.cells),
+           "tuned_legend": f"m = {tuned.where} (tuned: below)"}
+    if tuned.boot_kind is not None:
+        out["tuned_boot"] = tuned.boot_kind
+    e = result.expected
+    if e is not None and f"{e.context}x{e.clients}" in out["tuned_cells"].split(","):
+        out["tok_s"] = "measured output tok/s (tpuserve tune)"
+    return out
 
 
 def _placements(d: Deployment, table: ThroughputTable | None, path: Path | None,

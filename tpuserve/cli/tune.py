@@ -158,7 +158,8 @@ def tune(
                   log=common.log)
     outcome = tuner.run()
     summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,
-                      outcome.best, outcome.node_on, est)
+                      outcome.best, outcome.node_on, est, image=d.vllm.image,
+                      accelerator=d.tpu.accelerator_type)
     written = session.write_outputs(summary, prep, out, write)
     from tpuserve.tune.drift import mark
 
@@ -172,7 +173,7 @@ def tune(
         from tpuserve.tune.record import record as record_run
 
         recorded = record_run(d, prep.state, prep.candidates, prep.space.baseline,
-                              outcome.best, workload.describe())
+                              outcome.best, workload, log=common.log)
         if recorded is not None:
             written["profile"] = str(recorded)
     common.log(f"{outcome.message}; the node is on: {outcome.node_on}")

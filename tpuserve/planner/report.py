@@ -92,17 +92,28 @@ def decode_table(plan: Plan) -> Table:
     return t
 
 
-def cost_table(plan: Plan, mark: str = "", legend: str | None = None) -> Table:
-    """The $/M table; `mark` labels a tok/s column that is not measured, `legend` says why."""
+def _legend(*parts: str | None) -> str | None:
+    return "; ".join(p for p in parts if p) or None
+
+
+def cost_table(plan: Plan, mark: str = "", legend: str | None = None,
+               measured: frozenset[str] = frozenset(), measured_legend: str | None = None
+               ) -> Table:
+    """The $/M table; `mark` labels a tok/s column that is not measured, `legend` says why;
+    the rows of `measured` cells (keys) carry `m`, which `measured_legend` says where."""
     models = [c.model for c in plan.costs]
     # The mark heads the column (every cell of it is derived alike): a mark in each cell
     # would widen it past an 80-column terminal and wrap the rows.
     t = Table("context x clients", f"tok/s {mark}" if mark else "tok/s", *models,
-              title="$ per million output tokens (SPEC 7)", caption=legend,
+              title="$ per million output tokens (SPEC 7)",
+              caption=_legend(measured_legend if measured else None, legend),
               caption_justify="left")
     for i, cell in enumerate(plan.throughput.cells):
         prices = [f"${c.usd_per_million_output_tokens[i][1]:.3f}" for c in plan.costs]
-        t.add_row(f"{cell.context:,} x {cell.clients}", f"{cell.output_tokens_per_s:,.1f}", *prices)
+        # A measured row is marked `m` (compact, so an 80-column terminal keeps it one line).
+        label = f"{cell.context:,}x{cell.clients} m" if cell.key in measured else \
+            f"{cell.context:,} x {cell.clients}"
+        t.add_row(label, f"{cell.output_tokens_per_s:,.1f}", *prices)
     t.add_row("$/hour", "", *[f"${c.usd_per_hour:.4f}" for c in plan.costs], style="bold")
     t.add_row(
         f"$/month ({plan.hours_per_month:g} h)",
@@ -113,9 +124,11 @@ def cost_table(plan: Plan, mark: str = "", legend: str | None = None) -> Table:
     return t
 
 
-def rebuild_table(plan: Plan, legend: str | None = None) -> Table | None:
+def rebuild_table(plan: Plan, legend: str | None = None, measured: str | None = None,
+                  measured_legend: str | None = None) -> Table | None:
     """Spot's rebuild cost against flex's premium; `legend`: the boot times are not this
-    deployment's measured ones (the seconds column is marked `d`, the legend says whose)."""
+    deployment's measured ones (the seconds column is marked `d`, the legend says whose);
+    `measured`: the row ("cold" or "warm") a tune run measured, marked `m`."""
     r = plan.rebuild
     if r is None:
         return None
@@ -125,12 +138,14 @@ def rebuild_table(plan: Plan, legend: str | None = None) -> Table | None:
         "cost at spot",
         "spot beats flex if preempted less than every",
         title=f"Spot vs flex (flex premium ${r.flex_premium_usd_per_hour:.4f}/h)",
-        caption=legend,
+        caption=_legend(measured_legend if measured else None, legend),
         caption_justify="left",
     )
-    t.add_row("cold", f"{r.cold_s:g}", f"${r.cold_usd:.4f}", f"{r.break_even_cold_hours:.1f} h")
+    cold_m, warm_m = (" m" if measured == kind else "" for kind in ("cold", "warm"))
+    t.add_row(f"cold{cold_m}", f"{r.cold_s:g}", f"${r.cold_usd:.4f}",
+              f"{r.break_even_cold_hours:.1f} h")
     t.add_row(
-        "warm (compile cache)",
+        f"warm (compile cache){warm_m}",
         f"{r.warm_s:g}",
         f"${r.warm_usd:.4f}",
         f"{r.break_even_warm_hours:.1f} h",
@@ -154,15 +169,18 @@ def expected_table(plan: Plan, tok_s_label: str = "measured output tok/s") -> Ta
 def renderables(plan: Plan, labels: Mapping[str, str] | None = None) -> list[RenderableType]:
     """The plan's tables; `labels` relabels figures that are not measured (weights, tok_s;
     tok_s_mark and tok_s_legend mark the $/M table's tok/s column, rebuild_legend the rebuild
-    table's boot times)."""
+    table's boot times; tuned_cells, tuned_boot and tuned_legend the rows a tune measured)."""
     labels = labels or {}
     tables = [
         budget_table(plan, labels.get("weights", "weights (measured)")),
         kv_table(plan),
         capacity_table(plan),
         decode_table(plan),
-        cost_table(plan, labels.get("tok_s_mark", ""), labels.get("tok_s_legend")),
-        rebuild_table(plan, labels.get("rebuild_legend")),
+        cost_table(plan, labels.get("tok_s_mark", ""), labels.get("tok_s_legend"),
+                   frozenset(filter(None, labels.get("tuned_cells", "").split(","))),
+                   labels.get("tuned_legend")),
+        rebuild_table(plan, labels.get("rebuild_legend"), labels.get("tuned_boot"),
+                      labels.get("tuned_legend")),
         expected_table(plan, labels.get("tok_s", "measured output tok/s")),
     ]
     return [t for t in tables if t is not None]

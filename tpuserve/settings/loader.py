@@ -27,7 +27,7 @@ from tpuserve.settings.base import ConfigError
 from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
-from tpuserve.settings.learned_profiles import learned_problems
+from tpuserve.settings.learned_profiles import learned_notes, learned_problems
 from tpuserve.settings.measured_rules import rule_context
 from tpuserve.settings.price_warnings import cheaper_elsewhere
 from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
@@ -129,8 +129,10 @@ def not_applicable(raw: Mapping[str, Any], d: Deployment) -> list[str]:
 
 def all_warnings(d: Deployment) -> list[str]:
     """One stack's soft rules: its settings' own, then the planner's (capacity, then a
-    cheaper region for its accelerator and provisioning model)."""
-    return deployment_warnings(d) + capacity_warnings(d) + cheaper_elsewhere(d)
+    cheaper region for its accelerator and provisioning model; a tuned profile its image does
+    not pin)."""
+    return deployment_warnings(d) + capacity_warnings(d) + cheaper_elsewhere(d) + \
+        learned_notes(d)
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

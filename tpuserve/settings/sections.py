@@ -279,9 +279,10 @@ class CapacitySettings(StrictModel):
     # derived upper bound (towers and the checkpoint's dtype included).
     weights_index: str | None = None
     # A directory of your own measured profiles (`tpuserve tune` records its runs there, one
-    # TOML file per model, accelerator and image: settings/learned_profiles.py), beside the
-    # shipped ones, relative to the file that names it; unset: none. Its refusals are
-    # validators, its measurements `plan` cites (docs/tune.md).
+    # TOML file per model, accelerator and image digest: settings/learned_profiles.py), beside
+    # the shipped ones, relative to the file that names it; unset: none. Its refusals are
+    # validators; `plan` uses its measurements where vllm.image pins that digest and the flags
+    # are the measured ones (docs/tune.md).
     profiles_dir: str | None = None
     # The load you plan for; synth warns when clients x context passes the KV wall (SPEC 6).
     expected_clients: Annotated[int, Field(ge=1, le=1_000_000)] | None = 16

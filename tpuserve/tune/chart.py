@@ -1,17 +1,19 @@
-"""The Pareto chart as a PNG drawn pixel by pixel (ops/png.py; no plotting library): $/M
-output tokens across, worst-cell p90 TTFT up; every measured candidate grey, the Pareto set
-blue, the chosen one green with a ring. The axes' ranges are in the report beside it."""
+"""The Pareto chart as a PNG: $/M output tokens across, worst-cell p90 TTFT up, titled and with
+labelled axes; every measured candidate grey, the Pareto set blue, the chosen one green with a
+ring. Drawn with matplotlib (a dependency already: `plan --png`, `bench`), imported only here
+and only when a chart is written."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from tpuserve.ops.png import raster_png
-
-W, H, M = 480, 320, 24
-GREY, BLUE, GREEN, AXIS, WHITE = (150, 150, 150), (30, 90, 200), (20, 160, 60), (0, 0, 0), \
-    (255, 255, 255)
+TITLE = "tpuserve tune: measured candidates, Pareto set and choice"
+X_LABEL = "$ per million output tokens (at the stack's price)"
+Y_LABEL = "worst-cell TTFT p90 (ms)"
+GREY, BLUE, GREEN = "#969696", "#1e5ac8", "#14a03c"
 
 
 def ranges(points: Mapping[str, tuple[float, float]]) -> tuple[float, float, float, float]:
@@ -20,35 +22,44 @@ def ranges(points: Mapping[str, tuple[float, float]]) -> tuple[float, float, flo
     return min(xs), max(xs), min(ys), max(ys)
 
 
+def figure(points: Mapping[str, tuple[float, float]], pareto: set[str], best: str | None
+           ) -> Any:
+    """The chart as a matplotlib Figure (the caller closes it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on CI or a TPU VM
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2), dpi=100)
+    ax = fig.add_subplot()
+    groups = (("measured", [k for k in points if k not in pareto], GREY, 20),
+              ("Pareto set", [k for k in points if k in pareto], BLUE, 28))
+    for label, ids, colour, size in groups:
+        if ids:
+            ax.scatter([points[k][0] for k in ids], [points[k][1] for k in ids], s=size,
+                       color=colour, label=label, zorder=2)
+    if best in points:
+        x, y = points[best]
+        ax.scatter([x], [y], s=160, facecolors="none", edgecolors=GREEN, linewidths=2,
+                   label=f"chosen: {best}", zorder=3)
+    if not points:
+        ax.text(0.5, 0.5, "no feasible candidate measured", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_title(TITLE, fontsize=10)
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel(Y_LABEL)
+    ax.grid(True, linewidth=0.5, alpha=0.5)
+    if points:
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
 def render(points: Mapping[str, tuple[float, float]], pareto: set[str], best: str | None
            ) -> bytes:
-    rows = [bytearray(bytes(WHITE) * W) for _ in range(H)]
-
-    def dot(x: int, y: int, rgb: tuple[int, int, int], r: int) -> None:
-        for dy in range(-r, r + 1):
-            for dx in range(-r, r + 1):
-                if dx * dx + dy * dy <= r * r and 0 <= x + dx < W and 0 <= y + dy < H:
-                    rows[y + dy][3 * (x + dx):3 * (x + dx) + 3] = bytes(rgb)
-
-    for x in range(M, W - M // 2):
-        rows[H - M][3 * x:3 * x + 3] = bytes(AXIS)
-    for y in range(M // 2, H - M + 1):
-        rows[y][3 * M:3 * M + 3] = bytes(AXIS)
-    x0, x1, y0, y1 = ranges(points)
-
-    def at(p: tuple[float, float]) -> tuple[int, int]:
-        fx = (p[0] - x0) / (x1 - x0) if x1 > x0 else 0.5
-        fy = (p[1] - y0) / (y1 - y0) if y1 > y0 else 0.5
-        return M + 8 + int(fx * (W - 2 * M - 16)), H - M - 8 - int(fy * (H - 2 * M - 16))
-
-    for cid, p in sorted(points.items(), key=lambda kv: kv[0] in pareto):
-        dot(*at(p), BLUE if cid in pareto else GREY, 3)
-    if best in points:
-        x, y = at(points[best])
-        dot(x, y, GREEN, 7)
-        dot(x, y, WHITE, 5)
-        dot(x, y, GREEN, 3)
-    return raster_png(W, H, rows)
+    out = io.BytesIO()
+    figure(points, pareto, best).savefig(out, format="png")
+    return out.getvalue()
 
 
 def write(path: Path, points: Mapping[str, tuple[float, float]], pareto: set[str],

@@ -6,7 +6,9 @@ The state file records the candidate the node runs, the served-config hash of th
 drift holds while the config this CLI reads does not render that hash: a deploy from it would
 put another script on the node. Once the overlay is merged into the config, the config renders
 the node's hash and `npx cdktf deploy STACK` records it in Terraform's state without touching
-the server.
+the server. The overlay pins `vllm.image` to the build the node's boot ran (a tag moves): a
+config that differs from the node's only by that pin counts as merged, and deploying it re-runs
+the script once on the same build.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tpuserve.settings import Deployment
+from tpuserve.settings.learned_profiles import pinned_digest, unpinned
+from tpuserve.tune import halving
 from tpuserve.tune import state as state_file
 from tpuserve.tune.candidates import Candidate
 from tpuserve.tune.state import TERRAFORM, TuneState
@@ -62,6 +66,20 @@ class Drift:
                 "deployed_sha256": self.deployed_sha256}
 
 
+def pinned_only(d: Deployment, st: TuneState) -> str | None:
+    """The node's build (DIGEST) when the config differs from the kept config by no more than
+    pinning its image to it: the config hashed with its tag alone is the node's hash."""
+    from tpuserve.ops.served_config import deployed_sha256
+
+    run = halving.latest(st, st.node_on)
+    digest = pinned_digest(d.vllm.image)
+    if run is None or digest is None or run.boot.digest != digest:
+        return None
+    tag = d.model_copy(update={"vllm": d.vllm.model_copy(
+        update={"image": unpinned(d.vllm.image)})})
+    return digest if deployed_sha256(tag) == st.node_on_sha256 else None
+
+
 def drift_for(d: Deployment, path: Path, running: str | None = None) -> Drift | None:
     """The drift the state file at PATH records for the stack, or None: no state file, the node
     back on Terraform's script, the config already rendering the node's hash, or a node known
@@ -76,7 +94,8 @@ def drift_for(d: Deployment, path: Path, running: str | None = None) -> Drift | 
         return None
     deployed = deployed_sha256(d)
     kept = st.node_on_sha256
-    if kept is not None and (kept == deployed or (running is not None and running != kept)):
+    if kept is not None and (kept == deployed or (running is not None and running != kept)
+                             or pinned_only(d, st)):
         return None
     return Drift(d.name, st.node_on, path, st.overlay, kept, deployed)
 
@@ -103,14 +122,19 @@ def review_notes(deployments: Mapping[str, Deployment],
             st = state_file.load(path)
         except ValueError:
             continue  # said by drift_for above (a broken file is a drift of unknown config)
-        if st is not None and st.stack == name and st.node_on != TERRAFORM and \
-                st.node_on_sha256 == deployed_sha256(d):
+        if st is None or st.stack != name or st.node_on == TERRAFORM:
+            continue
+        deployed = deployed_sha256(d)
+        build = None if st.node_on_sha256 == deployed else pinned_only(d, st)
+        if st.node_on_sha256 == deployed or build:
+            how = ("deploying it records it in Terraform's state without touching the server"
+                   if build is None else "deploying it records it in Terraform's state and "
+                   f"re-runs the script once, its image pinned to the build the node runs "
+                   f"({build})")
             out.append({"stack": name, "merged": True, "candidate": st.node_on,
                         "state_file": str(path), "overlay": st.overlay,
-                        "running_sha256": st.node_on_sha256,
-                        "deployed_sha256": st.node_on_sha256,
+                        "running_sha256": st.node_on_sha256, "deployed_sha256": deployed,
                         "note": f"the reviewed config renders the config `tpuserve tune "
                         f"--keep-best` left on the node ({st.node_on!r}, argv sha256 "
-                        f"{st.node_on_sha256}): deploying it records it in Terraform's state "
-                        f"without touching the server; tune state: {path}"})
+                        f"{st.node_on_sha256}): {how}; tune state: {path}"})
     return out

@@ -8,6 +8,7 @@ attributes: ops/boot_phases.py, ops/reconverge.py) plugs in here; the tests driv
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,17 +28,26 @@ class BootRecord:
     cache_hit: bool | None = None  # the compile cache restored warm
     error: str | None = None  # why it did not reach readiness
     phases: tuple[tuple[str, str], ...] = ()  # (key, UTC time) in boot order
+    digest: str | None = None  # the `image` phase's digest=sha256:HEX: the build that ran
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "boot_s": self.boot_s, "compile_s": self.compile_s,
                 "cache_hit": self.cache_hit, "error": self.error,
-                "phases": [list(p) for p in self.phases]}
+                "phases": [list(p) for p in self.phases], "digest": self.digest}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> BootRecord:
         return cls(bool(doc["ok"]), float(doc["boot_s"]), doc.get("compile_s"),
                    doc.get("cache_hit"), doc.get("error"),
-                   tuple(tuple(p) for p in doc.get("phases", ())))  # type: ignore[misc]
+                   tuple(tuple(p) for p in doc.get("phases", ())),  # type: ignore[misc]
+                   image_digest(f"digest={doc.get('digest')}"))
+
+
+def image_digest(words: str) -> str | None:
+    """The one manifest digest in the boot script's `image` words (IMAGE_WORDS), else None:
+    an image id (no repo digest), two digests or none name no one pullable build."""
+    found = set(re.findall(r"(?:^|\s)digest=(sha256:[0-9a-f]{64})(?=\s|$)", words))
+    return found.pop() if len(found) == 1 else None
 
 
 def boot_record(report: BootReport) -> BootRecord:
@@ -54,7 +64,9 @@ def boot_record(report: BootReport) -> BootRecord:
     ok = report.state == "ready"
     return BootRecord(ok, boot_s, compile_s, cache_hit,
                       None if ok else (report.reason or report.state),
-                      tuple((p.key, p.at.isoformat() if p.at else "") for p in report.phases))
+                      tuple((p.key, p.at.isoformat() if p.at else "") for p in report.phases),
+                      next((image_digest(p.detail) for p in report.phases if p.key == "image"),
+                           None))
 
 
 @dataclass(frozen=True)

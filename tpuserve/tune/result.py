@@ -10,6 +10,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tpuserve.accelerators import ACCELERATORS
+from tpuserve.settings.accelerator_rules import memory_ceiling
+from tpuserve.settings.learned_profiles import pin
 from tpuserve.tune import halving
 from tpuserve.tune.candidates import DIMENSIONS, OFF, UNSET, Candidate, Refused
 from tpuserve.tune.score import Constraints, Score, pareto
@@ -27,6 +30,8 @@ class Summary:
     best: str | None
     node_on: str
     estimate: Mapping[str, float]
+    image: str | None = None  # the stack's vllm.image: the overlay pins the build measured
+    accelerator: str | None = None  # the stack's slice: whose gpu_memory_utilization ceiling
 
 
 def _money(v: float) -> str:
@@ -90,10 +95,34 @@ def overlay_toml(summary: Summary, chosen: Candidate, state: TuneState,
         line = f"{path[-1]} = {value!r}  # {note}".replace("True", "true")
         (env_lines if path[0] == "env" else lines).append(line)
     if chosen.overlay().get("allow_untested_gpu_memory_utilization"):
-        lines.append("allow_untested_gpu_memory_utilization = true  # above the measured "
-                     "ceiling 0.92 (SPEC 4): booted and measured on this node by the tuner")
+        lines.append("allow_untested_gpu_memory_utilization = true  # above "
+                     f"{_ceiling(summary.accelerator)}: booted and measured on this node by "
+                     "the tuner")
+    lines += _image_lines(summary.image, run.boot.digest)
     lines += ["", f"[stacks.{name}.vllm.env]", *env_lines]
     return "\n".join(lines) + "\n"
+
+
+def _ceiling(accelerator: str | None) -> str:
+    """The ceiling the settings apply to the slice (settings/accelerator_rules.py), with its
+    source: measured on the measured slice, derived on another."""
+    a = ACCELERATORS.get(accelerator or "")
+    if a is None:
+        return "the slice's gpu_memory_utilization ceiling"
+    c = memory_ceiling(a)
+    return f"the slice's gpu_memory_utilization ceiling {c.value:g}, {c.source}"
+
+
+def _image_lines(image: str | None, digest: str | None) -> list[str]:
+    """`image` pinned to the build the chosen boot ran (its `image` phase): the overlay then
+    deploys what was measured, and `plan` uses the recorded profile of that digest."""
+    if image is None:
+        return []
+    if digest is None:
+        return [(f"# image: not pinned: the chosen config's boot reported no image digest, so "
+                 f"which build of {image} was measured is not known")]
+    return [(f"image = {json.dumps(pin(image, digest))}  # the build measured (the boot's "
+             "image phase): a tag moves")]
 
 
 def _other(dim: str, value: object, state: TuneState,

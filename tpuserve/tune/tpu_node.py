@@ -112,7 +112,7 @@ class TpuNode:
                 if word.state == "applied" and rec.ok:
                     return rec
                 return BootRecord(False, rec.boot_s, rec.compile_s, rec.cache_hit,
-                                  word.why or rec.error or "failed", rec.phases)
+                                  word.why or rec.error or "failed", rec.phases, rec.digest)
             node = self.tpu.get_node(self.d)
             if node is None or node.state in _GONE:
                 raise NodeGone(f"node {self.d.node_name} is "
