@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from typer.testing import CliRunner
 
 from tests.cli_support import app, assert_one_line_error, invoke
