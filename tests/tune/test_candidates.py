@@ -132,8 +132,14 @@ def test_speculative_decoding_is_searched_only_where_the_settings_take_it() -> N
 
 
 def _model(model: str, max_model_len: int) -> tuple[object, dict[str, object]]:
+    """MODEL at MAX_MODEL_LEN, [tune] holding every set but the context's and memory's to one
+    value (fewer combinations to validate; the ladder is the planner's)."""
+    one = {"max_num_batched_tokens": [4096], "max_num_seqs": ["unset"],
+           "VLLM_TPU_BUCKET_PADDING_GAP": [0], "NUM_PRECOMPILE_WORKERS": [1],
+           "speculative_config": ["off"]}
     raw = deep_merge(load_raw(environ={}), {"vllm": {"model": model,
-                                                     "max_model_len": max_model_len}})
+                                                     "max_model_len": max_model_len},
+                                            "tune": one})
     return from_raw(raw).deployments["flex"], raw
 
 

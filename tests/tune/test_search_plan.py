@@ -92,14 +92,16 @@ def test_the_boot_stage_picks_the_fastest_boot_among_the_same_serving() -> None:
     cands = [Candidate(tuple((n, w if n == "NUM_PRECOMPILE_WORKERS" else base[n])
                              for n in NAMES)) for w in (1, 2, 4)]
     w1, w2, w4 = (c.id for c in cands)
-    st = TuneState("flex", "fp", rung=1, at_rung=[w1, w2, w4])
-    # rung 0 measured w1 alone (a one-candidate first stage is skipped: here the boot stage
-    # is the first with more than one value, so rung 0 is it; simulate its anchor's run).
-    st.rung = 0
+    # Only the workers vary, so the plan's one step is the boot stage, at rung 0.
+    step = plan.current(TuneState("flex", "fp"), cands)
+    assert step is not None and step.name == "boot" and step.ids == (w1, w2, w4)
+    st = TuneState("flex", "fp", at_rung=[w1, w2, w4])
     st.runs = {w1: [_run(0, 1.000, 800.0)], w2: [_run(0, 1.004, 600.0)],
                w4: [_run(0, 0.990, 500.0)]}
-    st.at_rung = [w1, w2, w4]
     assert plan.advance(st, cands) and st.at_rung == [w4]
+    st.runs[w4] = [_run(0, 0.990, 700.0)]  # within 2% of w4's $/M, w2 boots faster
+    st.done, st.at_rung = False, [w1, w2, w4]
+    assert plan.advance(st, cands) and st.at_rung == [w2] and plan.best(st) == w2
     st = TuneState("flex", "fp", at_rung=[w1, w2, w4])
     st.runs = {w1: [_run(0, 1.000, 800.0)], w2: [_run(0, 1.010, 600.0)],
                w4: [_run(0, 1.100, 400.0)]}  # w4 serves 10% dearer: not the same serving

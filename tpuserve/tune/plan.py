@@ -32,12 +32,11 @@ list and the state's runs alone: the state file needs nothing new, and a resume 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tpuserve.tune.candidates import Candidate
-from tpuserve.tune.halving import ETA, latest
+from tpuserve.tune.halving import latest, top
 from tpuserve.tune.score import rank_key
 from tpuserve.tune.state import Run, TuneState
 
@@ -95,7 +94,7 @@ def _run_for(state: TuneState, step: Step, rung: int, cid: str) -> Run | None:
 
 
 def _keep(state: TuneState, step: Step, rung: int) -> list[str]:
-    """The ids of the step that go on: the best ceil(n/ETA) measured without error, feasible
+    """The ids of the step that go on: the best ceil(n/eta) measured without error, feasible
     ones only when any is; in the boot stage, the fastest boot among the same serving."""
     scored = []
     for cid in step.ids:
@@ -110,8 +109,7 @@ def _keep(state: TuneState, step: Step, rung: int) -> list[str]:
         same = [t for t in pool if t[1].score.usd_per_m  # type: ignore[union-attr]
                 <= cheapest * (1 + BOOT_TOLERANCE)]
         return [min(same, key=lambda t: (t[1].boot.boot_s, t[0]))[2]]
-    ids = [t[2] for t in pool]
-    return ids[:math.ceil(len(ids) / ETA)] if len(ids) > 1 else ids
+    return top([t[2] for t in pool])
 
 
 def _next(step: Step, keep: list[str], candidates: Sequence[Candidate]) -> Step | None:
