@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.tune.conftest import MakeTuner
 from tests.tune.toy_node import ToyNode, base_values
 from tpuserve.planner.arithmetic import SPEC_THROUGHPUT
 from tpuserve.settings.loader import from_raw, load_raw
 from tpuserve.tune import plan
+from tpuserve.tune import state as state_file
 from tpuserve.tune.candidates import NAMES, OFF, Candidate, sets_for, space
 from tpuserve.tune.estimate import COLD_BOOT_S, WARM_BOOT_S, BenchTime, bench_time, estimate
 from tpuserve.tune.node import BootRecord
-from tpuserve.tune.runner import DONE, Budget, Tuner
+from tpuserve.tune.runner import DONE, INTERRUPTED, Budget, Tuner
 from tpuserve.tune.score import Constraints, Score
-from tpuserve.tune.state import Run, TuneState, save
+from tpuserve.tune.state import TERRAFORM, Run, TuneState, save
 from tpuserve.tune.workload import Workload
 
 DEFAULT_WORKLOAD = Workload((1024, 8192), (1, 16, 64), 256)  # the command's defaults
@@ -136,3 +138,39 @@ def test_the_benchmark_time_model() -> None:
     assert one.per_rep_s == 16 * 4 * 256 / cell.output_tokens_per_s
     assert one.warmup_s == 256 / warm.output_tokens_per_s
     assert BenchTime(10.0, 1.0).seconds(4) == 41.0
+
+
+def test_an_interruption_in_a_later_stage_resumes_to_the_same_choice(
+        make_tuner: MakeTuner, tmp_path: Path) -> None:
+    """Ctrl-C in the memory stage (after the programs' two rungs: 8 + 3 measurements); the
+    state file alone carries the plan on: the same choice as an uninterrupted run, nothing
+    measured twice at a rung."""
+    free, _node, _sp = make_tuner(2)
+    want = free.run().best
+    tuner, node, _ = make_tuner(2)
+    node.interrupt_at_measure = 12
+    assert tuner.run().status == INTERRUPTED
+    saved = state_file.load(tmp_path / "state.json")
+    assert saved is not None and saved.rung == 2  # the memory stage's first rung
+    step = plan.current(saved, list(tuner.candidates.values()))
+    assert step is not None and step.name == "memory"
+    tuner2, _, _ = make_tuner(2, state=saved, node=node)
+    out = tuner2.run()
+    assert out.status == DONE and out.best == want
+    for cid, runs in tuner2.state.runs.items():
+        rungs = [r.rung for r in runs]
+        assert len(rungs) == len(set(rungs)), cid
+
+
+def test_a_state_another_plan_wrote_is_not_resumed(make_tuner: MakeTuner,
+                                                   tmp_path: Path) -> None:
+    tuner, node, sp = make_tuner(2)
+    node.interrupt_at_measure = 10  # in the programs' second rung
+    tuner.run()
+    saved = state_file.load(tmp_path / "state.json")
+    assert saved is not None and saved.rung == 1
+    saved.at_rung = [c.id for c in sp.candidates[:32]]  # as an older, unstaged halving wrote
+    tuner2, node2, _ = make_tuner(2, state=saved, node=node)
+    out = tuner2.run()
+    assert out.status == "failed" and "--fresh" in out.message
+    assert node2.current is None and out.node_on == TERRAFORM

@@ -150,6 +150,16 @@ def start(state: TuneState, candidates: Sequence[Candidate]) -> None:
     state.pending = [p for p in state.pending if p in boot]
 
 
+def stale(state: TuneState, candidates: Sequence[Candidate]) -> bool:
+    """A state this plan did not write (another plan's rung): its next steps cannot be
+    trusted, so the search stops rather than resume it (fail closed)."""
+    if state.done or state.rung == 0:
+        return False
+    step = current(state, candidates)
+    return step is None or set(state.at_rung) != set(step.ids) or \
+        not set(state.pending) <= set(step.to_boot())
+
+
 def current(state: TuneState, candidates: Sequence[Candidate]) -> Step | None:
     return replay(state, candidates)[0]
 

@@ -127,6 +127,10 @@ class Tuner:
                 self.log(f"the node may be on the half-tried {s.node_on}: returning it to "
                          f"{s.last_good}")
                 self._return_to_last_good()
+            if plan.stale(s, self.order):
+                return Outcome(FAILED, None, self._end(),
+                               "the state file holds a rung this search plan did not write (an "
+                               "older tuner's?); pass --fresh to start over")
             while not s.done:
                 if not s.pending:
                     plan.advance(s, self.order)
