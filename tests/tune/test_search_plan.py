@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from tests.cli_support import invoke
 from tests.tune.conftest import MakeTuner
 from tests.tune.toy_node import ToyNode, base_values
 from tpuserve.planner.arithmetic import SPEC_THROUGHPUT
+from tpuserve.settings import load
 from tpuserve.settings.loader import from_raw, load_raw
 from tpuserve.tune import plan
 from tpuserve.tune import state as state_file
@@ -174,3 +178,24 @@ def test_a_state_another_plan_wrote_is_not_resumed(make_tuner: MakeTuner,
     out = tuner2.run()
     assert out.status == "failed" and "--fresh" in out.message
     assert node2.current is None and out.node_on == TERRAFORM
+
+
+def test_the_headline_command_fits_without_restricting_the_sets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tpuserve tune flex --budget-usd 5` with no [tune] table (the planner's 144 candidates,
+    the default workload): the estimate is under $5 and the run ends done (the toy node)."""
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text("# the defaults\n")
+    env = {"TPUSERVE_CONFIG": str(cfg)}
+    d = load(environ=env).deployments["flex"]
+    node = ToyNode(3, sets_for(d), base_values(d))
+    monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda *_a: node)
+    monkeypatch.chdir(tmp_path)
+    r = invoke("tune", "flex", "--yes", "--budget-usd", "5", "--out", str(tmp_path / "out"),
+               env=env)
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.stderr.split())
+    assert "tune flex: 144 candidates" in said
+    assert "estimate: 16 boots (13 cold x 857 s, 3 warm x 497 s" in said
+    assert "return to Terraform's script (497 s warm) = 7.21 node-hours, $4.32" in said
+    assert node.current is None
