@@ -141,8 +141,9 @@ def tune(
     """Search the stack's serving flags on its own node: candidates from the planner, applied
     in place, measured with the project's benchmark, chosen for $/M output tokens under your
     constraints; writes a TOML overlay, a Markdown report and a Pareto chart. Exit codes: 0
-    done, 1 failed, 2 usage (also: no answer to the start question without --yes), 3 budget
-    reached, 130 interrupted (also: the start question answered no; nothing ran)."""
+    done, 1 failed (also: the node went away; the same command resumes on the next one), 2
+    usage (also: no answer to the start question without --yes), 3 budget reached, 130
+    interrupted (also: the start question answered no; nothing ran)."""
     from tpuserve.settings.loader import from_raw, load_raw
     from tpuserve.tune import estimate as cost
     from tpuserve.tune import session
