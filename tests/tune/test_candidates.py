@@ -8,7 +8,7 @@ import pytest
 from tests.tune.conftest import flex_space, raw_with
 from tpuserve.settings import ConfigError
 from tpuserve.settings.loader import deep_merge, from_raw, load_raw
-from tpuserve.tune.candidates import default_sets, refusal, space
+from tpuserve.tune.candidates import NGRAM, context_ladder, default_sets, refusal, space
 
 
 def test_the_planners_sets_on_e2b_v5e_1() -> None:
@@ -21,9 +21,14 @@ def test_the_planners_sets_on_e2b_v5e_1() -> None:
     assert sets["gpu_memory_utilization"] == [0.92, 0.93, 0.94]
     assert sets["NUM_PRECOMPILE_WORKERS"] == [1, 2, 4]
     assert sets["VLLM_TPU_BUCKET_PADDING_GAP"] == [0, 128]
+    # E2B's geometry (SPEC 5) does not state max_position_embeddings: the configured length
+    # and its double only, and the report says why no longer one is tried.
     assert sets["max_model_len"] == [32768, 65536]
     sp = space(d, raw)
-    assert sp.candidates and not sp.refused
+    assert sp.candidates
+    reasons = {r.what: r.reason for r in sp.refused}
+    assert set(reasons) == {"max_model_len above 65536", f"speculative_config = {NGRAM}"}
+    assert "max_position_embeddings" in reasons["max_model_len above 65536"]
     assert sp.baseline.id in {c.id for c in sp.candidates}
 
 
@@ -98,10 +103,15 @@ def test_a_combination_refused_only_together_is_dropped() -> None:
 
 
 def test_speculative_decoding_is_searched_only_where_the_settings_take_it() -> None:
-    # Not allowed by the stack: the planner's set is the stack's own (none), nothing refused.
+    # Not allowed by the stack: n-gram is in the planner's set, refused (fail closed) and
+    # listed with what upstream shows, where it says so.
     d, raw, sp = flex_space({})
-    assert default_sets(d)["speculative_config"] == ["off"]
-    assert not any("speculative" in r.what for r in sp.refused)
+    assert default_sets(d)["speculative_config"] == ["off", NGRAM]
+    assert not any(c.id.endswith("dngram4") for c in sp.candidates)
+    (why,) = [r.reason for r in sp.refused if "speculative" in r.what]
+    assert "allow_untested_speculative_config" in why
+    assert "vllm-project/tpu-inference" in why and "not on google/gemma-4-E2B-it" in why
+    assert "not proved for the pinned image" in why
     # Listed in [tune] without the allowance: refused with the settings' one line.
     _d, _raw, sp = flex_space({"speculative_config": [
         "off", {"method": "ngram", "num_speculative_tokens": 4}]})
@@ -119,3 +129,40 @@ def test_speculative_decoding_is_searched_only_where_the_settings_take_it() -> N
     spec = next(c for c in sp.candidates if c.id.endswith("dngram4"))
     assert spec.overlay()["speculative_config"]["method"] == "ngram"
     assert refusal(raw, "flex", spec.overlay()) is None
+
+
+def _model(model: str, max_model_len: int) -> tuple[object, dict[str, object]]:
+    """MODEL at MAX_MODEL_LEN, [tune] holding every set but the context's and memory's to one
+    value (fewer combinations to validate; the ladder is the planner's)."""
+    one = {"max_num_batched_tokens": [4096], "max_num_seqs": ["unset"],
+           "VLLM_TPU_BUCKET_PADDING_GAP": [0], "NUM_PRECOMPILE_WORKERS": [1],
+           "speculative_config": ["off"]}
+    raw = deep_merge(load_raw(environ={}), {"vllm": {"model": model,
+                                                     "max_model_len": max_model_len},
+                                            "tune": one})
+    return from_raw(raw).deployments["flex"], raw
+
+
+def test_the_context_ladder_stops_at_the_models_trained_context() -> None:
+    # gemma-2b-it: max_position_embeddings 8192 (its config.json), KV far larger.
+    d, raw = _model("google/gemma-2b-it", 2048)
+    assert default_sets(d)["max_model_len"] == [2048, 4096, 8192, 16384]
+    sp = space(d, raw)
+    assert {c.as_dict["max_model_len"] for c in sp.candidates} == {2048, 4096, 8192}
+    why = next(r.reason for r in sp.refused if r.what == "max_model_len = 16384")
+    assert "max_position_embeddings (8,192" in why
+
+
+def test_the_context_ladder_stops_at_what_one_requests_kv_allows() -> None:
+    # granite-3b (320 KiB of KV per token): the pool, not its 128,000 trained tokens, bounds
+    # the ladder; the top step does not fit at the configured 0.92, so it is kept only above.
+    d, raw = _model("ibm-granite/granite-3b-code-instruct-128k", 8192)
+    ladder = context_ladder(d, 0.94)
+    assert ladder[:2] == [8192, 16384] and 16384 < ladder[2] <= 27136 < ladder[3]
+    sp = space(d, raw)
+    top = {c.as_dict["gpu_memory_utilization"] for c in sp.candidates
+           if c.as_dict["max_model_len"] == ladder[2]}
+    assert top and 0.92 not in top and 0.94 in top
+    assert any(r.what == f"max_model_len = {ladder[3]}" and "KV tokens" in r.reason
+               for r in sp.refused)
+    assert any(f"l{ladder[2]}" in r.what and "m0.92" in r.what for r in sp.refused)

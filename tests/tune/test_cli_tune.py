@@ -4,6 +4,7 @@ traces refused line by line, and --pr with a fake `gh` (pushing only to a local 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.cli_support import assert_one_line_error, invoke
+from tests.cli_support import app, assert_one_line_error, invoke
 from tests.tune.toy_node import ToyNode, base_values
 from tpuserve.settings import load
 from tpuserve.tune.candidates import sets_for
@@ -71,10 +73,30 @@ def test_a_run_writes_a_loadable_overlay_a_report_and_a_chart(setup: dict[str, A
     assert setup["box"]["node"].current is None
 
 
-def test_it_asks_before_starting(setup: dict[str, Any]) -> None:
-    r = invoke("tune", "flex", "--out", str(setup["tmp"] / "out"), env=setup["env"])
-    assert r.exit_code == 1 and "not started" in r.stderr
+@pytest.mark.parametrize(("answer", "code"), [("n\n", 130), ("no\n", 130), ("", 2)])
+def test_it_asks_before_starting(setup: dict[str, Any], answer: str, code: int) -> None:
+    """A "no" stops the run before anything ran (130, as an interruption, not 1: nothing
+    failed); no answer at all (end of input, a script without --yes) is a usage error."""
+    r = CliRunner().invoke(app, ["tune", "flex", "--out", str(setup["tmp"] / "out")],
+                           env=setup["env"], input=answer)
+    assert r.exit_code == code and "not started" in r.stderr
+    assert_one_line_error(r, "not started", "--yes")
     assert setup["box"]["node"].log == []
+
+
+def test_yes_at_the_question_starts(setup: dict[str, Any]) -> None:
+    r = CliRunner().invoke(app, ["tune", "flex", "--contexts", "1024", "--clients", "1", "--out",
+                                 str(setup["tmp"] / "out")], env=setup["env"], input="y\n")
+    assert r.exit_code == 0, r.stderr
+    assert setup["box"]["node"].log
+
+
+def test_the_constraint_options_say_their_tune_key() -> None:
+    r = invoke("tune", "--help")
+    text = " ".join(r.stdout.replace("│", " ").split())
+    for key in ("max_ttft_p90_ms", "max_tpot_p50_ms", "min_stream_tok_s"):
+        assert f"[tune] {key}" in text, key
+    assert "130 interrupted (also: the start question answered no" in text
 
 
 def test_the_fleet_is_refused_in_one_line(setup: dict[str, Any]) -> None:
@@ -96,7 +118,10 @@ def test_interrupted_exits_130_and_the_same_command_resumes(setup: dict[str, Any
     r = _tune(setup, "--yes")
     assert r.exit_code == 130, r.stderr
     said = " ".join(r.stderr.split())
-    assert "resume" in said and "the node is on: b4096" in said
+    saved = json.loads((setup["tmp"] / ".tpuserve" / "tune-flex.json").read_text())
+    # Back on the last config fully tried, and it says which.
+    assert saved["settled"] and saved["node_on"] == saved["last_good"] != "terraform"
+    assert "resume" in said and f"the node is on: {saved['node_on']}" in said
     applied = len(node.log)
     r = _tune(setup, "--yes")
     assert r.exit_code == 0, r.stderr

@@ -44,14 +44,53 @@ def node_for(d: Any, raw: Any, workload: Any, api_key: str | None) -> Any:
 
 
 
-def _confirmed() -> bool:
+NOT_STARTED = "not started"
+
+
+def _confirm_or_exit() -> None:
+    """Ask before spending node time. A "no" (or Ctrl-C) is the user stopping the run before
+    anything ran: exit 130, as an interruption, not 1 (nothing failed) and not 0 (nothing was
+    done, so `tune && deploy` must not go on). No answer at all (end of input: a script without
+    --yes) is a usage error: exit 2."""
+    import sys
+
+    typer.echo("start? [y/N]: ", err=True, nl=False)
     try:
-        return typer.confirm("start?", default=False, err=True)
-    except typer.Abort:  # no answer (end of input)
-        return False
+        line = sys.stdin.readline()
+    except KeyboardInterrupt:
+        line = "n\n"
+    if not sys.stdin.isatty():  # no terminal echoed the answer's newline
+        typer.echo("", err=True)
+    if not line:
+        raise OpsError(f"{NOT_STARTED}: no answer to the question (end of input); pass --yes "
+                       "to start without asking", exit_code=EXIT_USAGE)
+    if line.strip().lower() not in ("y", "yes"):
+        raise OpsError(f"{NOT_STARTED}: declined, nothing was booted (pass --yes to start "
+                       "without asking)", exit_code=EXIT_INTERRUPTED)
 
 
-Limit = Annotated[float | None, typer.Option(min=0.001, show_default=False)]
+def _limit_help(key: str, what: str) -> Any:
+    return typer.Option(min=0.001, show_default=False,
+                        help=f"{what}, in every measured cell (default: [tune] {key}).")
+
+
+TtftLimit = Annotated[float | None, _limit_help(
+    "max_ttft_p90_ms", "Highest p90 time to first token in ms")]
+TpotLimit = Annotated[float | None, _limit_help(
+    "max_tpot_p50_ms", "Highest median time per output token in ms")]
+StreamLimit = Annotated[float | None, _limit_help(
+    "min_stream_tok_s", "Lowest output tok/s of one stream")]
+
+
+def _throughput(d: Any) -> Any:
+    """The planner's throughput table for the estimate (SPEC 6's measured grid by default)."""
+    from tpuserve.planner.arithmetic import SPEC_THROUGHPUT
+    from tpuserve.settings.capacity import plan_for
+
+    try:
+        return plan_for(d).throughput
+    except (OSError, ValueError):
+        return SPEC_THROUGHPUT
 
 
 @command
@@ -69,9 +108,9 @@ def tune(
     repetitions: Annotated[int, typer.Option(
         help="Repetitions at the first rung (doubled at each later one; cv needs >= 2).",
         min=1)] = 2,
-    max_ttft_p90_ms: Limit = None,
-    max_tpot_p50_ms: Limit = None,
-    min_stream_tok_s: Limit = None,
+    max_ttft_p90_ms: TtftLimit = None,
+    max_tpot_p50_ms: TpotLimit = None,
+    min_stream_tok_s: StreamLimit = None,
     budget_usd: Annotated[float | None, typer.Option(
         help="Stop (exit 3) before a candidate would take the cost past this.", min=0,
         show_default=False)] = None,
@@ -102,11 +141,14 @@ def tune(
     """Search the stack's serving flags on its own node: candidates from the planner, applied
     in place, measured with the project's benchmark, chosen for $/M output tokens under your
     constraints; writes a TOML overlay, a Markdown report and a Pareto chart. Exit codes: 0
-    done, 1 failed, 2 usage, 3 budget reached, 130 interrupted."""
+    done, 1 failed (also: the node went away; the same command resumes on the next one), 2
+    usage (also: no answer to the start question without --yes), 3 budget reached, 130
+    interrupted (also: the start question answered no; nothing ran)."""
     from tpuserve.settings.loader import from_raw, load_raw
+    from tpuserve.tune import estimate as cost
     from tpuserve.tune import session
     from tpuserve.tune.result import Summary
-    from tpuserve.tune.runner import BUDGET, DONE, FAILED, INTERRUPTED, Budget, Tuner, estimate
+    from tpuserve.tune.runner import BUDGET, DONE, FAILED, INTERRUPTED, Budget, Tuner
     from tpuserve.tune.state import TERRAFORM
     from tpuserve.tune.workload import Workload, read_trace
 
@@ -140,21 +182,21 @@ def tune(
         node.check_deployed()  # the end restores Terraform's script: it must be the node's
     usd_h = d.usd_per_hour
     price_source = f"[pricing] {d.price_key} x {d.tpu.chips} chip(s)"
-    est = estimate(len(prep.candidates), Budget().first_boot_s, usd_h)
+    bench = cost.bench_time(workload, _throughput(d))
+    est = cost.estimate(prep.space.candidates, bench, repetitions, usd_h)
     common.log(
         f"tune {stack}: {len(prep.candidates)} candidates ({len(prep.space.refused)} refused), "
         f"{workload.describe()}; constraints: {limits.words()}")
     common.log(
-        f"estimate: {est['boots']} boots x {est['boot_s']:.0f} s (SPEC 4's measured cold boot) "
-        f"= {est['hours']:.2f} node-hours, ${est['usd']:.2f} at ${usd_h:.4g}/hour "
-        f"({price_source}; derived)"
+        cost.words(est, usd_h, price_source)
         + (f"; resuming: {prep.state.spent_s / 3600:.2f} h spent" if prep.resumed else ""))
-    if not yes and not _confirmed():
-        raise OpsError("not started (pass --yes to start without asking)")
+    if not yes:
+        _confirm_or_exit()
     tuner = Tuner(node, prep.candidates, prep.state,
                   save=lambda s: session.state_file.save(s, path), usd_per_hour=usd_h,
                   limits=limits, workload=workload, base_reps=repetitions,
-                  budget=Budget(budget_usd, budget_hours), keep_best=keep_best,
+                  budget=Budget(budget_usd, budget_hours, first_rep_s=bench.per_rep_s),
+                  keep_best=keep_best,
                   log=common.log)
     outcome = tuner.run()
     summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,

@@ -29,8 +29,9 @@ class TuneSettings(StrictModel):
     # vllm.max_num_seqs caps to try, "unset" for vLLM's own default; unset: ["unset", 128].
     max_num_seqs: Annotated[
         list[Annotated[int, Field(ge=1, le=4096)] | Literal["unset"]] | None, _Set] = None
-    # vllm.max_model_len values to try; unset: the configured one and its double while one
-    # request's KV still fits the pool and the model's trained context.
+    # vllm.max_model_len values to try; unset: the configured one doubling up to the longest
+    # one request's KV holds and the model's max_position_embeddings allows (at most 4; just
+    # the configured one and its double when the model's geometry does not state it).
     max_model_len: Annotated[
         list[Annotated[int, Field(ge=16, le=1_048_576)]] | None, _Set] = None
     # vllm.env.VLLM_TPU_BUCKET_PADDING_GAP values to try; unset: [0, 128].
@@ -44,9 +45,10 @@ class TuneSettings(StrictModel):
     # the ceiling tried with allow_untested_gpu_memory_utilization for that candidate only).
     gpu_memory_utilization: Annotated[
         list[Annotated[float, Field(gt=0.0, le=1.0)]] | None, _Set] = None
-    # vllm.speculative_config tables to try, "off" for none; unset: "off", and n-gram
-    # ({ method = "ngram", num_speculative_tokens = 4, prompt_lookup_max = 4 }) where the stack
-    # sets vllm.allow_untested_speculative_config. Each is checked as [vllm]'s is.
+    # vllm.speculative_config tables to try, "off" for none; unset: "off" and n-gram
+    # ({ method = "ngram", num_speculative_tokens = 4, prompt_lookup_max = 4 }), the latter
+    # refused (and listed) unless the stack sets vllm.allow_untested_speculative_config: its
+    # support on the pinned image is not proved. Each is checked as [vllm]'s is.
     speculative_config: Annotated[
         list[dict[str, Any] | Literal["off"]] | None, _Set] = None
     # The chosen config's p90 time to first token, in ms, in every measured cell.

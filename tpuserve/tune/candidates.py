@@ -1,10 +1,19 @@
 """The configs the tuner may try: sets per flag from the planner or [tune], each candidate
 validated through the real settings model and planner; a refused one is dropped with its reason.
 
-Speculative decoding (`[vllm] speculative_config`, settings/speculative.py) is searched only
-where the settings take it: n-gram (no draft checkpoint, any model) when the stack's config sets
-vllm.allow_untested_speculative_config, since no method was ever booted on the pinned image;
-[tune] speculative_config lists other tables (or "off") to restrict or extend the set.
+Context lengths (max_model_len): a ladder from the configured one, doubling, up to the largest
+one request's KV allows: the planner's KV capacity (tokens in the Pallas blocks of the pool at the
+set's highest memory fraction, settings/capacity.plan_for) and the model's max_position_embeddings
+(its geometry); at most LADDER values. A model whose geometry does not state its trained context
+gets the configured value and its double only (vLLM refuses a longer context than the model's,
+and nothing here says how long that is); the first step past the ladder is kept in the set so
+the settings refuse it and the report lists it with its reason.
+
+Speculative decoding (`[vllm] speculative_config`, settings/speculative.py): n-gram (no draft
+checkpoint) is in the planner's set; it is a candidate only where the settings take it (the
+stack sets vllm.allow_untested_speculative_config), since support on the pinned image is not
+proved (speculative.SUPPORT); elsewhere it is refused with that reason and listed. [tune]
+speculative_config lists other tables (or "off") to restrict or extend the set.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from tpuserve.facts import GPU_MEM_CEILING, GPU_MEM_FATAL, MM_ITEM_TOKENS
 from tpuserve.settings import ConfigError, Deployment
 from tpuserve.settings.accelerator_rules import memory_ceiling
 from tpuserve.settings.loader import deep_merge, from_raw
+from tpuserve.settings.speculative import unsupported
 
 # The flags searched, in the order every table shows them: (name, where it lives in [vllm]).
 DIMENSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -31,6 +41,11 @@ DIMENSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("speculative_config", ("speculative_config",)),
 )
 NAMES = tuple(n for n, _ in DIMENSIONS)
+# The order the combinations are listed in: the search plan's stages (tune/plan.py) last to
+# first, so the first stage's flags vary fastest and its candidates lead the list.
+PRODUCT_ORDER = ("NUM_PRECOMPILE_WORKERS", "max_model_len", "gpu_memory_utilization",
+                 "speculative_config", "max_num_batched_tokens", "max_num_seqs",
+                 "VLLM_TPU_BUCKET_PADDING_GAP")
 UNSET = "unset"  # max_num_seqs left to vLLM's default
 OFF = "off"  # no speculative decoding; any other speculative value is its table as JSON
 # n-gram drafting as vLLM documents it; the settings check every key (settings/speculative.py).
@@ -109,6 +124,45 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+LADDER = 4  # context lengths at most in the planner's set (each a value of a searched stage)
+
+
+def context_limit(d: Deployment, memory: float) -> tuple[int | None, str]:
+    """The longest context one request's KV allows at MEMORY, and the model's trained context
+    (None when its geometry does not state it), with the figures' words."""
+    from tpuserve.planner.arithmetic import load_geometry
+    from tpuserve.settings.capacity import plan_for
+    from tpuserve.settings.model_inputs import model_inputs
+
+    try:
+        kv = plan_for(d, gpu_memory_utilization=memory).kv_block_tokens
+        path = model_inputs(d).geometry_path
+        trained = load_geometry(path).max_position_embeddings if path is not None else None
+    except (OSError, ValueError):
+        return None, "the planner has no KV figure for this model"
+    if trained is None:
+        return None, (f"KV holds {kv:,} tokens at {memory}, but the model's geometry does not "
+                      "state max_position_embeddings")
+    return min(kv, trained), (f"KV holds {kv:,} tokens at {memory}; the model's "
+                              f"max_position_embeddings is {trained:,}")
+
+
+def context_ladder(d: Deployment, memory: float) -> list[int]:
+    """The configured length doubling up to the limit (the limit itself as the top step),
+    at most LADDER values, then the first step past it (which the settings refuse)."""
+    low = d.vllm.max_model_len
+    limit, _words = context_limit(d, memory)
+    if limit is None:
+        return [low, low * 2]
+    out = [low]
+    while len(out) < LADDER and out[-1] * 2 <= limit:
+        out.append(out[-1] * 2)
+    if len(out) < LADDER and out[-1] < limit:
+        out.append(limit // 1024 * 1024 if limit >= 2048 else limit)
+    out.append(out[-1] * 2)
+    return list(dict.fromkeys(out))
+
+
 def default_sets(d: Deployment) -> dict[str, list[Any]]:
     """The planner's sets for the stack, before validation: each holds the configured value."""
     v = d.vllm
@@ -118,16 +172,17 @@ def default_sets(d: Deployment) -> dict[str, list[Any]]:
     ceiling = memory_ceiling(d.tpu.accelerator).value
     # 0.01 steps from the slice's ceiling up to, not including, the lowest measured failure.
     steps = round((GPU_MEM_FATAL - ceiling) * 100)
+    memory = [round(ceiling + i / 100, 2) for i in range(max(steps, 1))]
     sets: dict[str, list[Any]] = {
         "max_num_batched_tokens": [low, low * 2],
         "max_num_seqs": [UNSET, 128],
-        "max_model_len": [v.max_model_len, v.max_model_len * 2],
+        "max_model_len": context_ladder(d, max([*memory, v.gpu_memory_utilization])),
         "VLLM_TPU_BUCKET_PADDING_GAP": [0, 128],
         "NUM_PRECOMPILE_WORKERS": [1, 2, 4],
-        "gpu_memory_utilization": [round(ceiling + i / 100, 2) for i in range(max(steps, 1))],
-        # n-gram only where the user allowed an untested speculative config (settings/
-        # speculative.py): otherwise the set is the stack's own.
-        "speculative_config": [OFF] + ([NGRAM] if v.allow_untested_speculative_config else []),
+        "gpu_memory_utilization": memory,
+        # n-gram: a candidate where the settings take it (vllm.allow_untested_speculative_
+        # config), refused and listed with the reason elsewhere (settings/speculative.py).
+        "speculative_config": [OFF, NGRAM],
     }
     current = configured(d)
     for name, values in sets.items():
@@ -194,23 +249,39 @@ def space(d: Deployment, raw: Mapping[str, Any], *, limit: int = 4096) -> Space:
     sets = sets_for(d)
     current = configured(d)
     refused: list[Refused] = []
+    if d.tune.max_model_len is None:
+        longest, words = context_limit(d, max(sets["gpu_memory_utilization"]))
+        if longest is None:  # the ladder stops at the double: nothing proves a longer one
+            refused.append(Refused(f"max_model_len above {max(sets['max_model_len'])}",
+                                   f"{words}, so no longer context is proved to load"))
     kept: dict[str, list[Any]] = {}
-    for name, values in sets.items():
+    # A context length is probed at the highest memory step the settings take: it may fit
+    # only there, and each combination is validated below anyway.
+    order = sorted(sets, key=lambda n: n == "max_model_len")
+    for name in order:
         kept[name] = []
-        for value in values:
-            probe = Candidate(tuple((n, value if n == name else current[n]) for n in NAMES))
+        for value in sets[name]:
+            base = dict(current)
+            if name == "max_model_len" and kept["gpu_memory_utilization"]:
+                base["gpu_memory_utilization"] = max(kept["gpu_memory_utilization"])
+            probe = Candidate(tuple((n, value if n == name else base[n]) for n in NAMES))
             why = refusal(raw, d.name, probe.overlay()) if value != current[name] else None
+            if why is not None and name == "speculative_config" and value != OFF:
+                why += "; " + unsupported(json.loads(value).get("method"), d.vllm.model)
+            elif why is not None and name == "max_model_len" and value > current[name]:
+                why += f" ({context_limit(d, base['gpu_memory_utilization'])[1]})"
             if why is None:
                 kept[name].append(value)
             else:
                 refused.append(Refused(f"{name} = {value}", why))
-    combos = list(itertools.product(*(kept[n] for n in NAMES)))
+    combos = [dict(zip(PRODUCT_ORDER, combo, strict=True))
+              for combo in itertools.product(*(kept[n] for n in PRODUCT_ORDER))]
     if len(combos) > limit:
         raise ValueError(f"{len(combos)} candidates: more than {limit}; restrict the sets in "
                          "[tune]")
     out: list[Candidate] = []
     for combo in combos:
-        c = Candidate(tuple(zip(NAMES, combo, strict=True)))
+        c = Candidate(tuple((n, combo[n]) for n in NAMES))
         why = refusal(raw, d.name, c.overlay())
         if why is None:
             out.append(c)

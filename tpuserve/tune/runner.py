@@ -16,10 +16,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-from tpuserve.tune import halving
+from tpuserve.tune import plan
 from tpuserve.tune.candidates import Candidate
+from tpuserve.tune.estimate import COLD_BOOT_S
+from tpuserve.tune.estimate import estimate as estimate  # the command's estimate
 from tpuserve.tune.node import BootRecord, CandidateFailed, NodeGone, TuneNode
 from tpuserve.tune.score import Constraints, score
 from tpuserve.tune.state import TERRAFORM, Run, TuneState
@@ -31,24 +32,48 @@ DONE, BUDGET, INTERRUPTED, FAILED, NODE_GONE = "done", "budget", "interrupted", 
 
 @dataclass(frozen=True)
 class Budget:
+    """--budget-usd and --budget-hours, checked before every candidate with the boot that puts
+    Terraform's script back at the end reserved, so the whole run, return included, stays
+    within them."""
+
     usd: float | None = None
     hours: float | None = None
-    first_boot_s: float = 857.0  # before any run: SPEC 4's cold boot (measured)
+    first_boot_s: float = COLD_BOOT_S  # before any run: SPEC 4's cold boot (measured)
+    first_rep_s: float = 0.0  # before any run: one repetition's benchmark (derived)
 
-    def stop_reason(self, state: TuneState, usd_per_hour: float) -> str | None:
-        """Why the next candidate would pass the budget, or None."""
+    def return_s(self, state: TuneState) -> float:
+        """The end's return boot, reserved: the longest boot seen, at least SPEC 4's cold one."""
+        return max([self.first_boot_s, *(r.boot.boot_s for rs in state.runs.values()
+                                          for r in rs)])
+
+    def next_s(self, state: TuneState, reps: int) -> float:
+        """The next candidate: the mean boot so far and the measured seconds per repetition
+        times its repetitions (before any run: the first boot and the derived benchmark)."""
         runs = [r for rs in state.runs.values() for r in rs]
-        each = (sum(r.boot.boot_s + r.measure_s for r in runs) / len(runs)) if runs \
-            else self.first_boot_s
-        hours = (state.spent_s + each) / 3600
+        boot = sum(r.boot.boot_s for r in runs) / len(runs) if runs else self.first_boot_s
+        measured = [r for r in runs if r.error is None and r.reps > 0]
+        per_rep = (sum(r.measure_s for r in measured) / sum(r.reps for r in measured)
+                   if measured else self.first_rep_s)
+        return boot + per_rep * reps
+
+    def over(self, state: TuneState, usd_per_hour: float, extra_s: float,
+             what: str = "the next candidate") -> str | None:
+        """Why EXTRA_S more node time, then the return boot, would pass the budget, or None."""
+        back = self.return_s(state)
+        hours = (state.spent_s + extra_s + back) / 3600
+        tail = f" with the return to Terraform's script ({back:.0f} s)"
         if self.hours is not None and hours > self.hours:
-            return (f"the next candidate would take the node time to {hours:.2f} h, past "
+            return (f"{what} would take the node time to {hours:.2f} h{tail}, past "
                     f"--budget-hours {self.hours:g} (spent {state.spent_s / 3600:.2f} h)")
         if self.usd is not None and hours * usd_per_hour > self.usd:
-            return (f"the next candidate would take the cost to ${hours * usd_per_hour:.2f}, "
+            return (f"{what} would take the cost to ${hours * usd_per_hour:.2f}{tail}, "
                     f"past --budget-usd {self.usd:g} (spent "
                     f"${state.spent_s / 3600 * usd_per_hour:.2f})")
         return None
+
+    def stop_reason(self, state: TuneState, usd_per_hour: float, reps: int = 0) -> str | None:
+        """Why the next candidate (REPS repetitions) would pass the budget, or None."""
+        return self.over(state, usd_per_hour, self.next_s(state, reps))
 
 
 @dataclass(frozen=True)
@@ -89,47 +114,54 @@ class Tuner:
         self._save, self.usd_per_hour, self.limits = save, usd_per_hour, limits
         self.workload, self.base_reps = workload, base_reps
         self.budget, self.keep_best, self.log = budget or Budget(), keep_best, log
+        self.order = list(candidates.values())  # the plan's order (tune/plan.py)
 
     def save(self) -> None:
         self._save(self.state)
 
     def run(self) -> Outcome:
         s = self.state
+        plan.start(s, self.order)
         try:
             if not s.settled:  # a resume after an interruption mid-candidate
                 self.log(f"the node may be on the half-tried {s.node_on}: returning it to "
                          f"{s.last_good}")
                 self._return_to_last_good()
+            if plan.stale(s, self.order):
+                return Outcome(FAILED, None, self._end(),
+                               "the state file holds a rung this search plan did not write (an "
+                               "older tuner's?); pass --fresh to start over")
             while not s.done:
                 if not s.pending:
-                    halving.advance(s)
+                    plan.advance(s, self.order)
                     self.save()
                     continue
                 cid = s.pending[0]
-                if (why := self.budget.stop_reason(s, self.usd_per_hour)) is not None:
+                reps = plan.reps(s, self.order, self.base_reps)
+                if (why := self.budget.stop_reason(s, self.usd_per_hour, reps)) is not None:
                     end = self._end()
-                    return Outcome(BUDGET, halving.best(s), end, f"budget reached: {why}")
+                    return Outcome(BUDGET, plan.best(s), end, f"budget reached: {why}")
                 self._try(cid)
                 s.pending.pop(0)
                 self.save()
             end = self._end()
-            best = halving.best(s)
+            best = plan.best(s)
             if best is None:
                 return Outcome(FAILED, None, end, "no candidate met the constraints "
                                f"({self.limits.words()}) with a measurement")
             return Outcome(DONE, best, end, f"done: best {best}")
         except KeyboardInterrupt:
-            return Outcome(INTERRUPTED, halving.best(s), self._back_or_say(),
+            return Outcome(INTERRUPTED, plan.best(s), self._back_or_say(),
                            "interrupted: the state is saved; run the same command to resume")
         except NodeGone as exc:
             s.settled, s.node_on = True, TERRAFORM  # a new node boots Terraform's script
             self.save()
-            return Outcome(NODE_GONE, halving.best(s), "none (the node is gone)",
+            return Outcome(NODE_GONE, plan.best(s), "none (the node is gone)",
                            f"the node went away ({exc}): the state is saved; on the next node "
                            "the same command resumes, its compile cache warm")
         except NotRestored as exc:
             self.save()
-            return Outcome(FAILED, halving.best(s), s.node_on, str(exc))
+            return Outcome(FAILED, plan.best(s), s.node_on, str(exc))
         except Exception:
             self.log(f"the tuner failed; the node is on: {self._back_or_say()}")
             raise
@@ -147,7 +179,7 @@ class Tuner:
 
     def _try(self, cid: str) -> None:
         s, c = self.state, self.candidates[cid]
-        reps = halving.reps_at(s.rung, self.base_reps)
+        reps = plan.reps(s, self.order, self.base_reps)
         self.log(f"rung {s.rung}: {cid} ({reps} reps)")
         s.node_on, s.settled = cid, False
         self.save()  # a crash from here on is known on resume
@@ -162,6 +194,10 @@ class Tuner:
         except CandidateFailed as exc:
             rec = exc.boot or boot or BootRecord(False, 0.0, error=exc.reason)
             s.runs.setdefault(cid, []).append(Run(s.rung, reps, rec, error=exc.reason))
+            if s.last_good != TERRAFORM and self.budget.over(
+                    s, self.usd_per_hour, self.budget.return_s(s), "a boot back to "
+                    f"{s.last_good}") is not None:
+                s.last_good = TERRAFORM  # the budget affords one boot: the end's
             self.log(f"{cid} failed: {exc.reason}; returning the node to {s.last_good}")
             self.save()
             self._return_to_last_good()
@@ -209,7 +245,7 @@ class Tuner:
     def _end(self) -> str:
         """Terraform's script back on the node, or the best config with keep_best."""
         s = self.state
-        target = halving.best(s) if self.keep_best else None
+        target = plan.best(s) if self.keep_best else None
         target = target or TERRAFORM
         if not (s.settled and s.node_on == target):
             self._put(target)
@@ -217,9 +253,3 @@ class Tuner:
         self.save()
         return target
 
-
-def estimate(n_candidates: int, boot_s: float, usd_per_hour: float) -> dict[str, Any]:
-    """Node time and money of the whole schedule: boots x the boot time at the stack's price."""
-    boots = sum(halving.schedule(n_candidates))
-    hours = boots * boot_s / 3600
-    return {"boots": boots, "boot_s": boot_s, "hours": hours, "usd": hours * usd_per_hour}
