@@ -63,6 +63,13 @@ class SimFlex:
     config: Path
     seed: int
     base: Path
+    # None: vLLM's backend on the product's fixed port (what the CLI, a process of its own,
+    # renders); a port: this node's own, for an in-process driver rendering with it
+    # (bench/tune_sim_overhead), so two simulated nodes on one machine never share one.
+    backend_port: int | None = None
+
+    def render(self, d: Deployment) -> str:
+        return _render(d, self.backend_port)
 
     @property
     def state_path(self) -> Path:
@@ -95,15 +102,20 @@ class SimFlex:
     def scripts(self) -> dict[str, str]:
         """Candidate id -> the boot script its overlay renders; "terraform" -> the stack's."""
         raw = self.raw()
-        out = {c.id: render_startup(overlaid(raw, "flex", c.overlay()))
+        out = {c.id: self.render(overlaid(raw, "flex", c.overlay()))
                for c in space(self.d, raw).candidates}
-        return {**out, "terraform": render_startup(self.d)}
+        return {**out, "terraform": self.render(self.d)}
 
     def node_script(self) -> str:
         return self.cloud.tpu.nodes[self.link.name].spec["metadata"]["startup-script"]
 
     def state(self) -> dict[str, Any]:
         return json.loads(self.state_path.read_text())
+
+
+def _render(d: Deployment, backend_port: int | None) -> str:
+    return render_startup(d) if backend_port is None else \
+        render_startup(d, backend_port=backend_port)
 
 
 def expected(d: Deployment, seed: int, max_ttft_ms: float | None = None,
@@ -126,20 +138,50 @@ def expected(d: Deployment, seed: int, max_ttft_ms: float | None = None,
 
 
 @contextmanager
-def sim_flex(base: Path, seed: int) -> Iterator[SimFlex]:
-    """A deployed, booted flex node running the simulator of SEED, its watcher watching."""
+def sim_flex(base: Path, seed: int, tune: str = TUNE, *, own_backend_port: bool = False,
+             ) -> Iterator[SimFlex]:
+    """A deployed, booted flex node running the simulator of SEED, its watcher watching; TUNE
+    is the config's [tune] table. OWN_BACKEND_PORT: see SimFlex.backend_port (the fixed port
+    is shared by every simulated node on the machine: a second one running at the same time
+    answers the first one's proxy, or takes its port)."""
     with open_cloud(base) as cloud:
         config = base / "user.toml"
-        config.write_text(f"[vllm]\nport = {cloud.public_port}\n{TUNE}")
+        config.write_text(f"[vllm]\nport = {cloud.public_port}\n{tune}")
         d = load(environ={"TPUSERVE_CONFIG": str(config)}).deployments["flex"]
         cloud.tpu.seed_queued_resource(d.gcp.project, d.gcp.zone, d.node_name)
-        seed_file = write_seed(base / "seed.json", seed, boot_scale=SCALE,
-                               serve_scale=SERVE_SCALE)
-        node = cloud.node(d, FAKE_VLLM_SIM=str(seed_file), TPUSERVE_TIME_SCALE=str(SCALE))
-        # The script Terraform deployed is what the CLI renders from the same config.
-        node.script.write_text(render_startup(d))
-        with NodeLink(cloud, node) as link:
-            node.run(timeout=120)
-            wait_for(lambda: "watching" in cloud.metadata.namespace(NAMESPACE).get(
-                "reconverge", ""), "the watcher's first word", timeout=60)
-            yield SimFlex(cloud, node, link, d, config, seed, base)
+        write_seed(base / "seed.json", seed, boot_scale=SCALE, serve_scale=SERVE_SCALE)
+        port = cloud.backend_port if own_backend_port else None
+        with _booted(cloud, d, base, port) as (node, link):
+            yield SimFlex(cloud, node, link, d, config, seed, base, port)
+
+
+@contextmanager
+def _booted(cloud: Cloud, d: Deployment, base: Path, backend_port: int | None,
+            ) -> Iterator[tuple[Node, NodeLink]]:
+    """A new VM of the stack's node (an empty disk) booting Terraform's script, linked."""
+    node = cloud.node(d, FAKE_VLLM_SIM=str(base / "seed.json"), TPUSERVE_TIME_SCALE=str(SCALE))
+    # The script Terraform deployed is what the CLI renders from the same config.
+    node.script.write_text(_render(d, backend_port))
+    with NodeLink(cloud, node) as link:
+        node.run(timeout=120)
+        wait_for(lambda: "watching" in cloud.metadata.namespace(NAMESPACE).get(
+            "reconverge", ""), "the watcher's first word", timeout=60)
+        yield node, link
+
+
+def end_flex_run(s: SimFlex) -> None:
+    """The flex run's end: the queued resource suspended (the TPU API removes its node: the
+    node's nodes.get answers NOT_FOUND), then the VM's processes die."""
+    s.link.__exit__(None, None, None)  # nothing left to copy
+    s.cloud.tpu.set_state(s.d.node_name, "SUSPENDED")
+    s.node.stop()
+
+
+@contextmanager
+def next_flex_node(s: SimFlex) -> Iterator[SimFlex]:
+    """The queued resource re-provisioned (Terraform re-creates it): a new node, its disk
+    empty, boots Terraform's script from scratch; the cache bucket kept what was published."""
+    s.cloud.tpu.remove_queued_resource(s.d.node_name)
+    s.cloud.tpu.seed_queued_resource(s.d.gcp.project, s.d.gcp.zone, s.d.node_name)
+    with _booted(s.cloud, s.d, s.base, s.backend_port) as (node, link):
+        yield SimFlex(s.cloud, node, link, s.d, s.config, s.seed, s.base, s.backend_port)
