@@ -257,3 +257,28 @@ def test_the_node_going_mid_benchmark_keeps_the_candidate_for_the_next_node(
     assert out.status == DONE and out.best == cid
     assert [(run.rung, run.error) for run in st.runs[cid]] == [(0, None)]
     assert st.runs[cid][0].boot.cache_hit is True
+
+
+def test_once_the_boot_is_healthy_the_word_is_looked_for_every_second(
+        api: FakeTpuApi, env: dict[str, Any]) -> None:
+    """Between `health` and the watcher's word only the script's tail runs: polled every
+    second (a fifteenth of the 15 s interval), the node's state still once an interval."""
+    d, clock = env["d"], env["clock"]
+
+    def healthy() -> None:  # the watcher runs the script: healthy, its tail still running
+        sha = hashlib.sha256(_script(api, d).encode()).hexdigest()
+        api.set_guest_attribute(d.node_name, "reconverge",
+                                f"2030-01-01T09:59:59Z changed sha256={sha} etag=2")
+        for key, value in PHASES.items():
+            api.set_guest_attribute(d.node_name, key, value.format(cache="miss"))
+        api.after_next(lambda: api.set_guest_attribute(
+            d.node_name, "reconverge", f"2030-01-01T10:12:50Z applied sha256={sha}"),
+            method="POST", path_contains=":getGuestAttributes", skip=5)
+    api.on_next_patch_applied(healthy)
+    rec = env["node"].apply({"max_num_batched_tokens": 8192})
+    assert rec.ok and rec.cache_hit is False
+    polls = clock.slept[1:]  # [0]: the nodes.patch operation's 5 s
+    assert polls and set(polls) == {1.0}  # never a 15 s wait after health
+    reads = api.calls("POST", ":getGuestAttributes")
+    gets = [c for c in api.calls("GET", f"/nodes/{d.node_name}") if "operations" not in c.path]
+    assert len(reads) == 7 and len(gets) <= 2  # the metadata read, then one state check
