@@ -19,7 +19,6 @@ import pytest
 from tests.render.boot.support import NAMESPACE, wait_for
 from tests.sim.tune_support import SimFlex, end_flex_run, next_flex_node, sim_flex
 from tpuserve.ops.reconverge import parse_reconverge
-from tpuserve.render.boot_script import VLLM_BACKEND_PORT
 from tpuserve.tune.tpu_node import sha256
 
 E2E_ENV = "TPUSERVE_TUNE_E2E"
@@ -41,10 +40,10 @@ NUM_PRECOMPILE_WORKERS = [1]
 """
 
 
-def _generated() -> float:
+def _generated(s: SimFlex) -> float:
     """Tokens the node's simulated vLLM has streamed (its /metrics, behind the proxy)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{VLLM_BACKEND_PORT}/metrics",
+        with urllib.request.urlopen(f"http://127.0.0.1:{s.backend_port}/metrics",
                                     timeout=2) as resp:
             text = resp.read().decode()
     except OSError:
@@ -65,7 +64,7 @@ def test_a_flex_run_ending_mid_benchmark_saves_the_state_and_the_next_node_resum
         proc = s.start("--budget-usd", "5")
         try:
             wait_for(lambda: _applied(s, script), "the candidate booted", timeout=120)
-            wait_for(lambda: _generated() > 0, "the candidate's benchmark under way",
+            wait_for(lambda: _generated(s) > 0, "the candidate's benchmark under way",
                      timeout=60)
             end_flex_run(s)
             out, err = proc.communicate(timeout=120)

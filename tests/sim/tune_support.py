@@ -19,6 +19,7 @@ from typing import Any
 
 from tests.render.boot.support import NAMESPACE, Cloud, Node, open_cloud, wait_for
 from tests.sim import response_model as rm
+from tests.sim import tune_cli
 from tests.sim.link import NodeLink
 from tests.sim.support import candidate, config_of, write_seed
 from tpuserve.paths import REPO_ROOT
@@ -63,9 +64,9 @@ class SimFlex:
     config: Path
     seed: int
     base: Path
-    # None: vLLM's backend on the product's fixed port (what the CLI, a process of its own,
-    # renders); a port: this node's own, for an in-process driver rendering with it
-    # (bench/tune_sim_overhead), so two simulated nodes on one machine never share one.
+    # None: vLLM's backend on the product's fixed port; a port: this node's own, which the
+    # CLI (through tests/sim/tune_cli.py) or an in-process driver (bench/tune_sim_overhead)
+    # renders too, so two simulated nodes on one machine never share one.
     backend_port: int | None = None
 
     def render(self, d: Deployment) -> str:
@@ -80,10 +81,14 @@ class SimFlex:
                if not k.startswith(("TPUSERVE_", "CLOUDSDK_", "OPENAI_"))}
         return {**env, "PYTHONPATH": str(REPO_ROOT), "TPUSERVE_CONFIG": str(self.config),
                 **self.cloud.tpu.environ(), "OPENAI_API_KEY": self.cloud.api_key,
-                "TPUSERVE_TIME_SCALE": str(SCALE)}
+                "TPUSERVE_TIME_SCALE": str(SCALE),
+                **({} if self.backend_port is None else
+                   {tune_cli.PORT_ENV: str(self.backend_port)})}
 
     def argv(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "tpuserve", "tune", "flex", "--yes", *WORKLOAD_ARGS,
+        # The product's CLI; with the node's own backend port through tests/sim/tune_cli.py.
+        cli = "tpuserve" if self.backend_port is None else "tests.sim.tune_cli"
+        return [sys.executable, "-m", cli, "tune", "flex", "--yes", *WORKLOAD_ARGS,
                 "--out", str(self.base / "out"), "--write", str(self.base / "overlay.toml"),
                 "--state", str(self.state_path), "--json", *extra]
 
@@ -138,7 +143,7 @@ def expected(d: Deployment, seed: int, max_ttft_ms: float | None = None,
 
 
 @contextmanager
-def sim_flex(base: Path, seed: int, tune: str = TUNE, *, own_backend_port: bool = False,
+def sim_flex(base: Path, seed: int, tune: str = TUNE, *, own_backend_port: bool = True,
              ) -> Iterator[SimFlex]:
     """A deployed, booted flex node running the simulator of SEED, its watcher watching; TUNE
     is the config's [tune] table. OWN_BACKEND_PORT: see SimFlex.backend_port (the fixed port
