@@ -19,6 +19,7 @@ from typing import Any
 
 from tests.render.boot.support import NAMESPACE, Cloud, Node, open_cloud, wait_for
 from tests.sim import response_model as rm
+from tests.sim import tune_cli
 from tests.sim.link import NodeLink
 from tests.sim.support import candidate, config_of, write_seed
 from tpuserve.paths import REPO_ROOT
@@ -63,6 +64,13 @@ class SimFlex:
     config: Path
     seed: int
     base: Path
+    # None: vLLM's backend on the product's fixed port; a port: this node's own, which the
+    # CLI (through tests/sim/tune_cli.py) or an in-process driver (bench/tune_sim_overhead)
+    # renders too, so two simulated nodes on one machine never share one.
+    backend_port: int | None = None
+
+    def render(self, d: Deployment) -> str:
+        return _render(d, self.backend_port)
 
     @property
     def state_path(self) -> Path:
@@ -73,10 +81,14 @@ class SimFlex:
                if not k.startswith(("TPUSERVE_", "CLOUDSDK_", "OPENAI_"))}
         return {**env, "PYTHONPATH": str(REPO_ROOT), "TPUSERVE_CONFIG": str(self.config),
                 **self.cloud.tpu.environ(), "OPENAI_API_KEY": self.cloud.api_key,
-                "TPUSERVE_TIME_SCALE": str(SCALE)}
+                "TPUSERVE_TIME_SCALE": str(SCALE),
+                **({} if self.backend_port is None else
+                   {tune_cli.PORT_ENV: str(self.backend_port)})}
 
     def argv(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "tpuserve", "tune", "flex", "--yes", *WORKLOAD_ARGS,
+        # The product's CLI; with the node's own backend port through tests/sim/tune_cli.py.
+        cli = "tpuserve" if self.backend_port is None else "tests.sim.tune_cli"
+        return [sys.executable, "-m", cli, "tune", "flex", "--yes", *WORKLOAD_ARGS,
                 "--out", str(self.base / "out"), "--write", str(self.base / "overlay.toml"),
                 "--state", str(self.state_path), "--json", *extra]
 
@@ -95,15 +107,20 @@ class SimFlex:
     def scripts(self) -> dict[str, str]:
         """Candidate id -> the boot script its overlay renders; "terraform" -> the stack's."""
         raw = self.raw()
-        out = {c.id: render_startup(overlaid(raw, "flex", c.overlay()))
+        out = {c.id: self.render(overlaid(raw, "flex", c.overlay()))
                for c in space(self.d, raw).candidates}
-        return {**out, "terraform": render_startup(self.d)}
+        return {**out, "terraform": self.render(self.d)}
 
     def node_script(self) -> str:
         return self.cloud.tpu.nodes[self.link.name].spec["metadata"]["startup-script"]
 
     def state(self) -> dict[str, Any]:
         return json.loads(self.state_path.read_text())
+
+
+def _render(d: Deployment, backend_port: int | None) -> str:
+    return render_startup(d) if backend_port is None else \
+        render_startup(d, backend_port=backend_port)
 
 
 def expected(d: Deployment, seed: int, max_ttft_ms: float | None = None,
@@ -126,20 +143,50 @@ def expected(d: Deployment, seed: int, max_ttft_ms: float | None = None,
 
 
 @contextmanager
-def sim_flex(base: Path, seed: int) -> Iterator[SimFlex]:
-    """A deployed, booted flex node running the simulator of SEED, its watcher watching."""
+def sim_flex(base: Path, seed: int, tune: str = TUNE, *, own_backend_port: bool = True,
+             ) -> Iterator[SimFlex]:
+    """A deployed, booted flex node running the simulator of SEED, its watcher watching; TUNE
+    is the config's [tune] table. OWN_BACKEND_PORT: see SimFlex.backend_port (the fixed port
+    is shared by every simulated node on the machine: a second one running at the same time
+    answers the first one's proxy, or takes its port)."""
     with open_cloud(base) as cloud:
         config = base / "user.toml"
-        config.write_text(f"[vllm]\nport = {cloud.public_port}\n{TUNE}")
+        config.write_text(f"[vllm]\nport = {cloud.public_port}\n{tune}")
         d = load(environ={"TPUSERVE_CONFIG": str(config)}).deployments["flex"]
         cloud.tpu.seed_queued_resource(d.gcp.project, d.gcp.zone, d.node_name)
-        seed_file = write_seed(base / "seed.json", seed, boot_scale=SCALE,
-                               serve_scale=SERVE_SCALE)
-        node = cloud.node(d, FAKE_VLLM_SIM=str(seed_file), TPUSERVE_TIME_SCALE=str(SCALE))
-        # The script Terraform deployed is what the CLI renders from the same config.
-        node.script.write_text(render_startup(d))
-        with NodeLink(cloud, node) as link:
-            node.run(timeout=120)
-            wait_for(lambda: "watching" in cloud.metadata.namespace(NAMESPACE).get(
-                "reconverge", ""), "the watcher's first word", timeout=60)
-            yield SimFlex(cloud, node, link, d, config, seed, base)
+        write_seed(base / "seed.json", seed, boot_scale=SCALE, serve_scale=SERVE_SCALE)
+        port = cloud.backend_port if own_backend_port else None
+        with _booted(cloud, d, base, port) as (node, link):
+            yield SimFlex(cloud, node, link, d, config, seed, base, port)
+
+
+@contextmanager
+def _booted(cloud: Cloud, d: Deployment, base: Path, backend_port: int | None,
+            ) -> Iterator[tuple[Node, NodeLink]]:
+    """A new VM of the stack's node (an empty disk) booting Terraform's script, linked."""
+    node = cloud.node(d, FAKE_VLLM_SIM=str(base / "seed.json"), TPUSERVE_TIME_SCALE=str(SCALE))
+    # The script Terraform deployed is what the CLI renders from the same config.
+    node.script.write_text(_render(d, backend_port))
+    with NodeLink(cloud, node) as link:
+        node.run(timeout=120)
+        wait_for(lambda: "watching" in cloud.metadata.namespace(NAMESPACE).get(
+            "reconverge", ""), "the watcher's first word", timeout=60)
+        yield node, link
+
+
+def end_flex_run(s: SimFlex) -> None:
+    """The flex run's end: the queued resource suspended (the TPU API removes its node: the
+    node's nodes.get answers NOT_FOUND), then the VM's processes die."""
+    s.link.__exit__(None, None, None)  # nothing left to copy
+    s.cloud.tpu.set_state(s.d.node_name, "SUSPENDED")
+    s.node.stop()
+
+
+@contextmanager
+def next_flex_node(s: SimFlex) -> Iterator[SimFlex]:
+    """The queued resource re-provisioned (Terraform re-creates it): a new node, its disk
+    empty, boots Terraform's script from scratch; the cache bucket kept what was published."""
+    s.cloud.tpu.remove_queued_resource(s.d.node_name)
+    s.cloud.tpu.seed_queued_resource(s.d.gcp.project, s.d.gcp.zone, s.d.node_name)
+    with _booted(s.cloud, s.d, s.base, s.backend_port) as (node, link):
+        yield SimFlex(s.cloud, node, link, s.d, s.config, s.seed, s.base, s.backend_port)

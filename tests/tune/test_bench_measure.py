@@ -70,3 +70,24 @@ def test_many_prompt_lengths_cost_a_bounded_calibration() -> None:
     assert len(calls) <= trace_replay.ANCHORS * prompts.CALIBRATION_STEPS
     # The counter is linear: interpolation between anchors is exact.
     assert all(words[n] + 21 == n for n in lengths)
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_the_prompts_are_calibrated_once_per_model_not_per_candidate(
+        fake_oai: FakeOpenAIServer, trace: bool) -> None:
+    """/tokenize answers for the model's tokenizer, which no candidate changes: the second
+    candidate's measurement starts without it (preflight is the tuner's overhead)."""
+    target = ServerTarget(f"http://127.0.0.1:{fake_oai.port}", API_KEY)
+    workload = Workload(clients=(1,), trace=TRACE, trace_path="t.jsonl") if trace \
+        else Workload((64, 128), (1,), 8)
+    measure = bench_measure(lambda: target, 4096)
+
+    def tokenize_calls() -> int:
+        return sum(1 for r in fake_oai.requests if r.path == "/tokenize")
+
+    first = measure(workload, 1)
+    after_first = tokenize_calls()
+    second = measure(workload, 1)
+    assert after_first > 0 and tokenize_calls() == after_first
+    assert [c.context for c in first.cells] == [c.context for c in second.cells]
+    assert second.errors == 0

@@ -5,13 +5,19 @@ script's sha256), and the project's benchmark measures the fake OpenAI-compatibl
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
 
-from tests.cli_support import PROJECT, ZONE, Env, invoke
+from tests.cli_support import PROJECT, ZONE, Env, assert_one_line_error, invoke
 from tpuserve.render.boot_script import render_startup
 from tpuserve.settings import load
+from tpuserve.settings.loader import from_raw, load_raw
+from tpuserve.tune import session
+from tpuserve.tune import state as state_file
+from tpuserve.tune.score import Constraints
+from tpuserve.tune.workload import Workload
 
 TUNE = """
 [tune]
@@ -81,3 +87,57 @@ def test_tune_applies_measures_and_restores_through_the_tpu_api(
     if measured == "trace":
         chats = [q.body for q in cli_env.oai.requests if q.path == "/v1/chat/completions"]
         assert sorted(b["max_tokens"] for b in chats if b) == [3, 3, 8, 8]
+
+
+# -- the script the end restores is the one the node held when the search started
+def _saved_search(cli_env: Env, tmp_path: Path) -> tuple[Path, str]:
+    """A search prepared from the config (as `tune spot` starts one) and saved, unstarted."""
+    cli_env.config_path.write_text(cli_env.config_path.read_text() + TUNE)
+    raw = load_raw()
+    d = from_raw(raw).deployments["spot"]
+    path = tmp_path / "state.json"
+    prep = session.prepare(d, raw, Workload((64,), (1,), 8), Constraints(), 1, path,
+                           fresh=False)
+    state_file.save(prep.state, path)
+    return path, render_startup(d)
+
+
+def test_a_fresh_search_saves_the_sha256_of_the_script_it_starts_from(
+        cli_env: Env, tmp_path: Path) -> None:
+    path, script = _saved_search(cli_env, tmp_path)
+    saved = state_file.load(path)
+    assert saved is not None
+    assert saved.terraform_sha256 == hashlib.sha256(script.encode()).hexdigest()
+    assert json.loads(path.read_text())["version"] == 2
+
+
+def test_a_resume_after_a_config_edit_is_refused_in_one_line(cli_env: Env,
+                                                              tmp_path: Path) -> None:
+    """An edit between the interruption and the resume: the config renders another script
+    than the node held, so the end would "restore" a script Terraform never deployed."""
+    path, _script = _saved_search(cli_env, tmp_path)
+    text = cli_env.config_path.read_text()
+    cli_env.config_path.write_text(text.replace("max_model_len = 4096\n",
+                                                "max_model_len = 8192\n", 1))
+    r = invoke("tune", "spot", "--yes", "--contexts", "64", "--clients", "1",
+               "--output-tokens", "8", "--repetitions", "1", "--state", str(path))
+    assert r.exit_code == 2, r.stderr
+    assert_one_line_error(r, str(path), "renders another startup-script",
+                          "Terraform never deployed", "--fresh")
+    assert not cli_env.tpu.calls("PATCH")  # refused before anything was touched
+
+
+def test_a_state_file_of_the_previous_version_is_read_but_not_resumed(
+        cli_env: Env, tmp_path: Path) -> None:
+    path, _script = _saved_search(cli_env, tmp_path)
+    doc = json.loads(path.read_text())
+    del doc["terraform_sha256"]
+    path.write_text(json.dumps({**doc, "version": 1}))
+    assert state_file.load(path) is not None  # status and review still read its drift
+    r = invoke("tune", "spot", "--yes", "--contexts", "64", "--clients", "1",
+               "--output-tokens", "8", "--repetitions", "1", "--state", str(path))
+    assert r.exit_code == 2, r.stderr
+    assert_one_line_error(r, "did not record the startup-script", "--fresh")
+    path.write_text(json.dumps({**doc, "terraform_sha256": "not-a-sha"}))
+    with pytest.raises(ValueError, match="not a sha256"):
+        state_file.load(path)

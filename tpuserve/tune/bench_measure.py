@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tpuserve.ops import bench as engine
 from tpuserve.ops import server
@@ -25,9 +25,13 @@ if TYPE_CHECKING:
 def bench_measure(target_for: Callable[[], ServerTarget], max_model_len: int,
                   log: Callable[[str], None] = lambda _: None,
                   ) -> Callable[[Workload, int], Measurement]:
+    # The prompts' calibration (/tokenize at each context) depends on the served model's
+    # tokenizer alone, which no candidate changes: done once per model, not per candidate.
+    calibrated: dict[tuple[Any, ...], Any] = {}
+
     def measure(workload: Workload, repetitions: int) -> Measurement:
         if workload.trace:
-            return _replay(target_for, workload, repetitions, log)
+            return _replay(target_for, workload, repetitions, log, calibrated)
         plan = engine.BenchPlan(contexts=workload.contexts, clients=workload.clients,
                                 repetitions=repetitions, output_tokens=workload.output_tokens)
         start = time.monotonic()
@@ -37,8 +41,11 @@ def bench_measure(target_for: Callable[[], ServerTarget], max_model_len: int,
                                     deadline=Deadline(engine.PREFLIGHT_DEADLINE_S)) as http:
                 model, mml = server.served_model(http, target)
                 plan.validate(mml or max_model_len)
-                words, counted, method = engine.calibrate_prompts(
-                    plan.contexts, lambda m: server.tokenize_count(http, target, model, m))
+                key = ("cells", model, tuple(plan.contexts))
+                if key not in calibrated:
+                    calibrated[key] = engine.calibrate_prompts(
+                        plan.contexts, lambda m: server.tokenize_count(http, target, model, m))
+                words, counted, method = calibrated[key]
             result = asyncio.run(engine.run_bench(
                 target, model, plan, words, prompt_length_method=method,
                 prompt_tokens_target=counted, progress=log))
@@ -53,7 +60,7 @@ def bench_measure(target_for: Callable[[], ServerTarget], max_model_len: int,
 
 
 def _replay(target_for: Callable[[], ServerTarget], workload: Workload, repetitions: int,
-            log: Callable[[str], None]) -> Measurement:
+            log: Callable[[str], None], calibrated: dict[tuple[Any, ...], Any]) -> Measurement:
     start = time.monotonic()
     levels = workload.clients or (1,)
     try:
@@ -65,9 +72,12 @@ def _replay(target_for: Callable[[], ServerTarget], workload: Workload, repetiti
             if mml is not None and longest > mml:
                 raise OpsError(f"--trace {workload.trace_path}: a request of {longest} tokens "
                                f"exceeds the server's max_model_len {mml}")
-            words, _method = trace_replay.prompt_words(
-                [p for p, _o in workload.trace],
-                lambda m: server.tokenize_count(http, target, model, m))
+            key = ("trace", model, tuple(p for p, _o in workload.trace))
+            if key not in calibrated:
+                calibrated[key] = trace_replay.prompt_words(
+                    [p for p, _o in workload.trace],
+                    lambda m: server.tokenize_count(http, target, model, m))
+            words, _method = calibrated[key]
         cells = asyncio.run(trace_replay.replay(target, model, workload.trace, levels,
                                                 repetitions, words, log))
     except OpsError as exc:

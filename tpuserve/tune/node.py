@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from tpuserve.ops.bench_stats import CellStats
 from tpuserve.ops.boot_phases import BootReport
+from tpuserve.ops_error import OpsError
 from tpuserve.tune.workload import Workload
 
 
@@ -90,7 +91,14 @@ class CandidateFailed(Exception):
 
 
 class NodeGone(Exception):
-    """The node itself went away (a flex node's run ended, a spot node was preempted)."""
+    """The node itself went away (a flex node's run ended, a spot node was preempted): raised
+    only on proof (the TPU API's NOT_FOUND for it, or a state in which no boot will end)."""
+
+
+class NodeUnproven(OpsError):
+    """A boot or benchmark failed and the TPU API's answer about the node proved neither that
+    it is there nor that it is gone: the candidate is not recorded as failed (that would become
+    a learned refusal) and the node is not taken as gone; the tuner stops, the state saved."""
 
 
 class TuneNode(Protocol):

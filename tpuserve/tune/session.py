@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,15 @@ class Prepared:
 
 
 def prepare(d: Deployment, raw: Mapping[str, Any], workload: Workload, limits: Constraints,
-            base_reps: int, path: Path, *, fresh: bool) -> Prepared:
+            base_reps: int, path: Path, *, fresh: bool,
+            render: Callable[[Deployment], str] | None = None) -> Prepared:
+    """The search from the config, or the saved one to resume. RENDER (the boot script of a
+    deployment, as the node driver renders it) says which script the end restores: a fresh
+    search saves its sha256 (the CLI then checks the node holds exactly it), and a resume is
+    refused when the config renders another one now (an edit since the search started): the
+    end would put a script on the node that Terraform never deployed."""
+    if render is None:
+        from tpuserve.render.boot_script import render_startup as render
     try:
         sp = space(d, raw)
     except ValueError as exc:
@@ -82,11 +90,29 @@ def prepare(d: Deployment, raw: Mapping[str, Any], workload: Workload, limits: C
         raise OpsError(f"{path}: the saved search had other candidates, workload or "
                        "constraints; rerun it with the same ones to resume, or pass --fresh "
                        "to start over", exit_code=EXIT_USAGE)
+    now = hashlib.sha256(render(d).encode()).hexdigest()
     if old is not None:
+        _check_same_script(old, now, path)
         return Prepared(sp, by_id(sp.candidates), old, path, True)
     ids = [c.id for c in sp.candidates]
-    st = TuneState(d.name, fp, at_rung=list(ids), pending=list(ids))
+    st = TuneState(d.name, fp, at_rung=list(ids), pending=list(ids), terraform_sha256=now)
     return Prepared(sp, by_id(sp.candidates), st, path, False)
+
+
+def _check_same_script(old: TuneState, now: str, path: Path) -> None:
+    """Resume only while the config renders the script the search started from (fail closed:
+    a state that did not record it cannot prove it)."""
+    if old.terraform_sha256 is None:
+        raise OpsError(f"{path}: saved by an earlier tuner that did not record the "
+                       "startup-script the node held when the search started, so its end "
+                       "could not prove it restores that script; pass --fresh to start over",
+                       exit_code=EXIT_USAGE)
+    if old.terraform_sha256 != now:
+        raise OpsError(f"{path}: the config now renders another startup-script (sha256 "
+                       f"{now[:12]}) than the node held when this search started "
+                       f"({old.terraform_sha256[:12]}): its end would put on the node a script "
+                       "Terraform never deployed; undo the config change to resume, or deploy "
+                       "it and pass --fresh", exit_code=EXIT_USAGE)
 
 
 def write_outputs(summary: result.Summary, prep: Prepared, out_dir: Path,

@@ -15,7 +15,10 @@ from typing import Any
 from tpuserve.tune.node import BootRecord
 from tpuserve.tune.score import Score
 
-VERSION = 1
+VERSION = 2
+# Version 1 had no terraform_sha256: still read (status and review show its drift), but a
+# search it saved is not resumed (tune/session.py: the end's target could not be proven).
+READABLE = frozenset({1, VERSION})
 TERRAFORM = "terraform"  # the node runs the script Terraform's state holds
 
 
@@ -58,6 +61,11 @@ class TuneState:
     # Where the run left a node that is not on Terraform's script (tune/drift.py).
     node_on_sha256: str | None = None
     overlay: str | None = None
+    # The sha256 of the startup-script the node held when the search started (what the
+    # config rendered, checked against the node): the end restores "terraform" only while
+    # the config still renders exactly it. The script itself is not kept: the config
+    # reproduces it, and a resume whose config no longer does is refused.
+    terraform_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": VERSION, "stack": self.stack, "fingerprint": self.fingerprint,
@@ -65,17 +73,23 @@ class TuneState:
                 "runs": {k: [r.to_json() for r in v] for k, v in self.runs.items()},
                 "node_on": self.node_on, "settled": self.settled, "last_good": self.last_good,
                 "spent_s": self.spent_s, "done": self.done,
-                "node_on_sha256": self.node_on_sha256, "overlay": self.overlay}
+                "node_on_sha256": self.node_on_sha256, "overlay": self.overlay,
+                "terraform_sha256": self.terraform_sha256}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TuneState:
-        if doc.get("version") != VERSION:
-            raise ValueError(f"version {doc.get('version')!r}, this tuner writes {VERSION}")
+        if doc.get("version") not in READABLE:
+            raise ValueError(f"version {doc.get('version')!r}, this tuner reads "
+                             f"{', '.join(map(str, sorted(READABLE)))}")
+        sha = doc.get("terraform_sha256")
+        if sha is not None and not (isinstance(sha, str) and len(sha) == 64
+                                    and all(ch in "0123456789abcdef" for ch in sha)):
+            raise ValueError(f"terraform_sha256 {str(sha)[:80]!r} is not a sha256")
         return cls(doc["stack"], doc["fingerprint"], doc["rung"], list(doc["at_rung"]),
                    list(doc["pending"]),
                    {k: [Run.from_json(r) for r in v] for k, v in doc["runs"].items()},
                    doc["node_on"], doc["settled"], doc["last_good"], doc["spent_s"],
-                   doc["done"], doc.get("node_on_sha256"), doc.get("overlay"))
+                   doc["done"], doc.get("node_on_sha256"), doc.get("overlay"), sha)
 
 
 def save(state: TuneState, path: Path) -> None:
