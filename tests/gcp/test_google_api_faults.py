@@ -350,3 +350,28 @@ def test_a_create_that_cannot_read_what_is_there_creates_nothing(api, status, bo
     assert done.returncode == 1
     assert said in one_line(done.stderr)
     assert not api.calls("POST") and not api.calls("GET", "/queuedResources/gone")
+
+
+def test_only_the_apis_own_not_found_reads_as_gone_on_both_paths(api) -> None:
+    # A front end's HTML 404 (a misrouted request, a proxy) says nothing about the node or
+    # the queued resource: read as "gone" it would let tune, recover and status treat a live,
+    # billing node as absent. Only the API's google.rpc.Status NOT_FOUND proves absence.
+    d = spot()
+    clock = Clock()
+    api.html_next(404, times=1000)
+    with pytest.raises(ApiError) as rest:
+        client_for(api, clock).get_queued_resource(REF)
+    with pytest.raises(ApiError) as node:
+        node_api(api, clock).get_node(d)
+    with pytest.raises(ApiError):
+        node_api(api, clock).node_metadata(f"projects/{d.gcp.project}/locations/"
+                                           f"{d.gcp.zone}/nodes/{d.node_name}")
+    for err in (rest.value, node.value):
+        assert err.code == 404 and not err.proves_not_found
+
+
+def test_the_apis_not_found_reads_as_gone_on_both_paths(api) -> None:
+    d = spot()
+    clock = Clock()
+    assert client_for(api, clock).get_queued_resource(REF) is None
+    assert node_api(api, clock).get_node(d) is None

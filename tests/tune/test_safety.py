@@ -12,7 +12,7 @@ import pytest
 from tests.tune.conftest import WORKLOAD, MakeTuner
 from tests.tune.toy_node import ToyNode, expected_best
 from tpuserve.tune import state as state_file
-from tpuserve.tune.node import BootRecord
+from tpuserve.tune.node import BootRecord, NodeGone
 from tpuserve.tune.runner import DONE, FAILED, INTERRUPTED, NODE_GONE, Tuner
 from tpuserve.tune.score import Constraints
 from tpuserve.tune.state import TERRAFORM
@@ -159,3 +159,23 @@ def test_when_even_terraforms_script_fails_it_says_what_to_run(make_tuner: MakeT
     tuner2, _, _ = make_tuner(1, state=tuner.state, node=node)
     out2 = tuner2.run()
     assert out2.status == FAILED and "npx cdktf deploy flex" in out2.message
+
+
+def test_a_node_that_goes_away_while_being_put_back_after_ctrl_c_is_said_once(
+        make_tuner: MakeTuner, tmp_path: Path) -> None:
+    # Ctrl-C mid-benchmark, then the flex run ends while the last good config boots: the
+    # interruption is reported (not a second error), and the state says a new node boots
+    # Terraform's script, so a resume does not try to "return" a node that is not there.
+    tuner, node, _ = make_tuner(2)
+    node.interrupt_at_measure = 3
+
+    def gone(overlay: Any) -> BootRecord:
+        raise NodeGone("the flex run ended")
+
+    real_apply = node.apply
+    node.apply = lambda overlay: gone(overlay) if node.measures >= 3 else real_apply(overlay)
+    node.restore = lambda: gone(None)
+    out = tuner.run()
+    assert out.status == INTERRUPTED and out.node_on == TERRAFORM
+    saved = state_file.load(tmp_path / "state.json")
+    assert saved is not None and saved.settled and saved.node_on == TERRAFORM

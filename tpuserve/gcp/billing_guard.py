@@ -94,7 +94,7 @@ class CloudTasks(GoogleApi):
             self.request("DELETE", f"{TASKS_VERSION}/{name}",
                          action=f"delete the billing guard task {name}")
         except ApiError as exc:
-            if exc.code == 404:
+            if exc.proves_not_found:
                 return False
             raise
         return True
@@ -191,7 +191,7 @@ def _get_node(tpu: GoogleApi, target: GuardTarget) -> dict[str, Any] | None:
     try:
         data = tpu.request("GET", f"v2/{target.node}", action=action)
     except ApiError as exc:
-        if exc.code == 404:
+        if exc.proves_not_found:
             return None
         raise
     m = NODE_RE.fullmatch(target.node)

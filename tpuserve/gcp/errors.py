@@ -36,10 +36,13 @@ class ApiError(Exception):
     def __init__(
         self, code: int, status: str, message: str, *, action: str = "", service: str = "",
         hint: str | None = None, token_in_env: bool = False, retry_after: float | None = None,
-        details: ErrorDetails | None = None,
+        details: ErrorDetails | None = None, status_from_api: bool = True,
     ) -> None:
         self.code = code
         self.status = status
+        # False when `status` is only the HTTP code's name (an HTML page, an empty body):
+        # such an answer says nothing about the resource.
+        self.status_from_api = status_from_api
         self.message = " ".join(message.split())
         self.action = action
         self.service = service
@@ -59,6 +62,13 @@ class ApiError(Exception):
     def reason(self) -> str:
         """ErrorInfo.reason ("SERVICE_DISABLED", "RATE_LIMIT_EXCEEDED", ...), or ""."""
         return self.details.reason
+
+    @property
+    def proves_not_found(self) -> bool:
+        """The API's own word that the resource does not exist: a 404 whose NOT_FOUND status
+        the API sent (a google.rpc.Status body, or gRPC's code). A front end's 404 page or an
+        empty body proves nothing, so a caller keeps it an error instead of "it is gone"."""
+        return self.code == 404 and self.status == "NOT_FOUND" and self.status_from_api
 
     @property
     def is_rate_limit(self) -> bool:
@@ -95,6 +105,7 @@ class ApiError(Exception):
     ) -> ApiError:
         """From an answer's pieces: the API's JSON status/message when it sent them, else the
         HTTP status and its name (an HTML page from the front end is never shown raw)."""
+        status_from_api = bool(status)
         status = status or _http_status_name(code)
         if not message:
             text = " ".join(body.split())
@@ -106,7 +117,7 @@ class ApiError(Exception):
                     message += " (an error page from Google's front end, not an API answer)"
         return cls(code, status, _strip_urls(message) or "no message", action=action,
                    service=service, token_in_env=token_in_env, retry_after=retry_after,
-                   details=details)
+                   details=details, status_from_api=status_from_api)
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any], *, action: str, service: str) -> ApiError:

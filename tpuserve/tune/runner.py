@@ -172,6 +172,9 @@ class Tuner:
                 self._return_to_last_good()
         except NotRestored as exc:
             self.log(str(exc))
+        except NodeGone as exc:  # gone while being put back: a new node boots Terraform's
+            self.log(f"the node went away ({exc})")
+            self.state.settled, self.state.node_on = True, TERRAFORM
         except KeyboardInterrupt:
             pass
         self.save()

@@ -116,7 +116,7 @@ class TpuClient(NodeCalls, QueuedResourceWaits, GoogleApi):
         try:
             data = self.request("GET", f"{API_VERSION}/{ref.name}", action=action)
         except ApiError as exc:
-            if exc.code == 404:
+            if exc.proves_not_found:
                 return None
             raise
         name = data.get("name")
@@ -274,7 +274,7 @@ class TpuClient(NodeCalls, QueuedResourceWaits, GoogleApi):
                     )
                     break
                 except ApiError as exc:
-                    if exc.code == 404:
+                    if exc.proves_not_found:
                         progress(MISSING, self.clock() - start)
                         return False
                     if exc.code not in DELETE_REFUSAL_CODES:

@@ -204,7 +204,7 @@ class NodeCalls:
             node = self._node_call(f"get node {name}", lambda: self.node_client.get_node(
                 name=name, retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
-            if exc.code == 404:
+            if exc.proves_not_found:
                 return None
             raise
         return node_view(node)
@@ -237,7 +237,7 @@ class NodeCalls:
             self._node_call(f"delete node {name}", lambda: self.node_client.delete_node(
                 name=name, retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
-            if exc.code == 404:
+            if exc.proves_not_found:
                 return False
             raise
         return True
@@ -249,7 +249,7 @@ class NodeCalls:
             node = self._node_call(f"get node {name}", lambda: self.node_client.get_node(
                 name=name, retry=None, timeout=CALL_TIMEOUT_S))
         except ApiError as exc:
-            if exc.code == 404:
+            if exc.proves_not_found:
                 return None
             raise
         return dict(node.metadata)
