@@ -15,6 +15,7 @@ from tpuserve.settings.accelerator_rules import memory_ceiling
 from tpuserve.settings.learned_profiles import pin
 from tpuserve.tune import halving
 from tpuserve.tune.candidates import DIMENSIONS, OFF, UNSET, Candidate, Refused
+from tpuserve.tune.plan import STAGES
 from tpuserve.tune.score import Constraints, Score, pareto
 from tpuserve.tune.state import Run, TuneState
 
@@ -156,12 +157,14 @@ def report_md(summary: Summary, state: TuneState, candidates: Mapping[str, Candi
            f"- workload: {summary.workload}",
            (f"- objective: $/M output tokens at ${summary.usd_per_hour:.4g}/hour "
            f"({summary.price_source}); constraints: {summary.limits.words()}"),
-           (f"- search: successive halving (eta {halving.ETA}), {len(candidates)} candidates, "
+           (f"- search: successive halving (eta {halving.ETA}) stage by stage "
+           f"({', '.join(name for name, _ in STAGES)}), {len(candidates)} candidates, "
            f"{len(refused)} refused by the settings or the planner; "
            f"{sum(len(v) for v in state.runs.values())} boots"),
            (f"- node time: estimated {summary.estimate['hours']:.2f} h "
-           f"(${summary.estimate['usd']:.2f}; derived: {summary.estimate['boots']:.0f} boots x "
-           f"{summary.estimate['boot_s']:.0f} s), spent {state.spent_s / 3600:.2f} h "
+           f"(${summary.estimate['usd']:.2f}; derived: {summary.estimate['boots']:.0f} boots, "
+           f"{summary.estimate.get('bench_s', 0):.0f} s of benchmark and the return boot), "
+           f"spent {state.spent_s / 3600:.2f} h "
            f"(${state.spent_s / 3600 * summary.usd_per_hour:.2f}; measured)"), ""]
     if chart_name:
         x0, x1 = (min(p[0] for p in pts.values()), max(p[0] for p in pts.values())) \
