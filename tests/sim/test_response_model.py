@@ -5,11 +5,30 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
 from tests.sim import response_model as rm
-from tests.sim.support import GRID, Candidate, candidate, config_of, optimum, workload_tok_s
+from tests.sim import vllm_sim
+from tests.sim.support import (
+    DEFAULT_COMMAND,
+    E2E_GRID,
+    E2E_OPTIMA,
+    GRID,
+    Candidate,
+    booted,
+    candidate,
+    config_of,
+    lead,
+    optimum,
+    sim_optimum,
+    workload_tok_s,
+    write_seed,
+)
+from tests.sim.tune_support import CLIENTS as E2E_CLIENTS
+from tests.sim.tune_support import CONTEXT as E2E_CONTEXT
+from tests.sim.tune_support import OUTPUT as E2E_OUTPUT
 from tpuserve.paths import REPO_ROOT
 from tpuserve.settings import load
 
@@ -64,6 +83,20 @@ def test_kv_capacity_is_spec5s_pool() -> None:
 def test_2496_compiles_the_4096_ladder() -> None:
     assert rm.token_buckets(2496, 0) == rm.token_buckets(4096, 0) == [
         16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    # SPEC 4: "every value in (2048, 4096] compiles the same": the same programs, compile and
+    # boot for every seed (text-only below the multimodal floor); 2048 is a rung lower.
+    text_only = dataclasses.replace(DEFAULT, chunked_mm_disabled=False, mm_items=0)
+    for seed in SEEDS:
+        p = rm.Params.draw(seed)
+        for base, values in ((DEFAULT, (2496, 3000, 4095)), (text_only, (2049, 2300))):
+            four = rm.boot(base, p, warm=False)
+            assert four.ready_s is not None
+            for b in values:
+                cfg = dataclasses.replace(base, max_num_batched_tokens=b)
+                assert rm.token_buckets(b, 0) == rm.token_buckets(4096, 0)
+                assert rm.programs(cfg) == rm.programs(base)
+                assert rm.boot(cfg, p, warm=False) == four
+    assert rm.token_buckets(2048, 0)[-1] == 2048
     # vLLM's own example of _get_paddings(16, 512, 64)
     assert rm.token_buckets(512, 64) == [16, 32, 64, 128, 192, 256, 320, 384, 448, 512]
 
@@ -88,12 +121,25 @@ def test_below_the_multimodal_floor_the_boot_stops() -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_095_dies_691_s_into_a_cold_boot(seed: int) -> None:
-    b = rm.boot(dataclasses.replace(DEFAULT, gpu_memory_utilization=0.95),
+@pytest.mark.parametrize("max_model_len", [16384, 32768])  # SPEC 4: at blocks 32 and 64
+def test_095_dies_691_s_into_a_cold_boot(seed: int, max_model_len: int) -> None:
+    b = rm.boot(dataclasses.replace(DEFAULT, gpu_memory_utilization=0.95,
+                                    max_model_len=max_model_len),
                 rm.Params.draw(seed), warm=False)
     assert b.ready_s is None and b.dies_s == pytest.approx(691.0)
     assert b.error is not None and "RuntimeProgramAllocationFailure" in b.error
     assert "Attempting to reserve 384.11M" in b.error
+
+
+def test_095_sizes_the_pool_as_spec4_measured_before_it_dies() -> None:
+    """SPEC 4: cap 14.96 GiB, KV 5.99 GiB, 348,864 tokens, +8.6% over 0.92's pool."""
+    cfg = dataclasses.replace(DEFAULT, gpu_memory_utilization=0.95)
+    assert round(rm.HBM_VISIBLE * 0.95 / rm.GIB, 2) == 14.96
+    assert rm.kv_tokens(cfg) == 348_864
+    assert round(rm.kv_tokens(cfg) * rm.KV_BYTES_PER_TOKEN / rm.GIB, 2) == 5.99
+    assert round(rm.kv_tokens(cfg) / rm.kv_tokens(DEFAULT) - 1, 3) == 0.086
+    b = rm.boot(cfg, rm.Params.draw(0), warm=False)
+    assert b.kv_tokens == 348_864 and b.error is not None  # sized as predicted, then dies
 
 
 def test_095_fails_37_mb_short_without_the_seeded_reserve() -> None:
@@ -116,13 +162,16 @@ def test_093_and_094_live_or_die_by_the_seed() -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_fp8_buys_1_000x(seed: int) -> None:
+@pytest.mark.parametrize("max_model_len", [16384, 32768])  # SPEC 4: at blocks 32 and 64
+def test_fp8_buys_1_000x(seed: int, max_model_len: int) -> None:
     p = rm.Params.draw(seed)
+    auto = dataclasses.replace(DEFAULT, max_model_len=max_model_len)
     for dtype in ("fp8_e4m3", "fp8_e5m2"):
-        fp8 = dataclasses.replace(DEFAULT, kv_cache_dtype=dtype)
-        assert rm.kv_tokens(fp8) / rm.kv_tokens(DEFAULT) == 1.000
+        fp8 = dataclasses.replace(auto, kv_cache_dtype=dtype)
+        assert rm.kv_tokens(fp8) / rm.kv_tokens(auto) == 1.000
+        assert rm.boot(fp8, p, warm=False).kv_tokens == rm.boot(auto, p, warm=False).kv_tokens
         for c, n in cells():
-            ratio = rm.cell(fp8, p, c, n, 256).tok_s / rm.cell(DEFAULT, p, c, n, 256).tok_s
+            ratio = rm.cell(fp8, p, c, n, 256).tok_s / rm.cell(auto, p, c, n, 256).tok_s
             assert ratio == pytest.approx(0.98)  # SPEC 4: about 2% less throughput
 
 
@@ -132,6 +181,28 @@ def test_64_sequences_are_worse_in_every_cell(seed: int) -> None:
     capped = dataclasses.replace(DEFAULT, max_num_seqs=64)
     for c, n in cells():
         assert rm.cell(capped, p, c, n, 256).tok_s < rm.cell(DEFAULT, p, c, n, 256).tok_s
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_64_sequences_are_worse_in_every_cell_from_every_searched_config(seed: int) -> None:
+    """SPEC 4's sign holds whatever else the tuner changes (the grid's other flags): capping
+    at 64 never wins a cell of SPEC 6's grid, which never offered more than 64 clients."""
+    p = rm.Params.draw(seed)
+    for cand in GRID:
+        if cand.max_num_seqs is not None:
+            continue
+        base = cand.config()
+        capped = dataclasses.replace(base, max_num_seqs=64)
+        for c, n in cells():
+            assert rm.cell(capped, p, c, n, 256).tok_s < rm.cell(base, p, c, n, 256).tok_s
+
+
+def test_16k_context_decodes_at_spec4s_8_05_against_8_02_ms() -> None:
+    p = rm.Params.draw(0)
+    sixteen = dataclasses.replace(DEFAULT, max_model_len=16384)
+    ratio = rm.cell(sixteen, p, 128, 1, 256).tpot_ms / rm.cell(DEFAULT, p, 128, 1, 256).tpot_ms
+    assert ratio == pytest.approx(8.05 / 8.02, rel=1e-12)
+    assert rm.kv_tokens(sixteen) == 321_376  # SPEC 4's table
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -202,3 +273,36 @@ def test_the_kv_dtypes_spec4_saw_refused_or_fatal_stop_the_boot(dtype: str) -> N
     assert b.ready_s is None and b.error
     if dtype == "int8":
         assert "invalid choice: 'int8'" in b.error
+
+
+def test_the_default_command_written_out_is_the_rendered_one() -> None:
+    """support.DEFAULT_COMMAND (the end-to-end oracle's base, not rendered by tpuserve) is what
+    the flex stack's default command reads as."""
+    assert config_of(load(environ={}).deployments["flex"]) == DEFAULT_COMMAND
+
+
+def test_the_end_to_end_seeds_have_pairwise_different_optima() -> None:
+    """test_tune_end_to_end's seeds, over its grid at its workload: each optimum is the one it
+    asserts, they differ pairwise, and each leads the next candidate by 8% or more (a run's
+    noise, 1% cv per request, cannot swap them)."""
+    found = {}
+    for seed, want in E2E_OPTIMA.items():
+        best, cells = sim_optimum(seed, E2E_GRID, E2E_CONTEXT, E2E_CLIENTS, E2E_OUTPUT)
+        assert best == want, (seed, cells)
+        assert lead(cells) >= 1.08, (seed, cells)
+        found[seed] = best
+    assert len(found) >= 3 and len(set(found.values())) == len(found), found
+    # A choice that ignores the measurement (the first candidate, the last, the largest pool)
+    # matches at most one seed.
+    assert len({E2E_OPTIMA[s][1] for s in E2E_OPTIMA}) > 1
+    assert len({E2E_OPTIMA[s][0] for s in E2E_OPTIMA}) > 1
+
+
+def test_the_simulators_boot_record_reads_back(tmp_path: Path) -> None:
+    seed = write_seed(tmp_path / "seed.json", 0)
+    cfg = dataclasses.replace(DEFAULT, speculative={"method": "ngram"}, padding_gap=128)
+    p = rm.Params.draw(0)
+    vllm_sim.record_boot(str(seed), DEFAULT, rm.boot(DEFAULT, p, warm=False))
+    vllm_sim.record_boot(str(seed), cfg, rm.boot(cfg, p, warm=True))
+    assert [(b["config"], b["warm"]) for b in booted(seed)] == [(DEFAULT, False), (cfg, True)]
+    assert booted(tmp_path / "other.json") == []

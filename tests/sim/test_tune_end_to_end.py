@@ -1,25 +1,36 @@
 """`tpuserve tune flex --budget-usd 5` end to end on the simulated server: the CLI (a process of
 its own), the real TpuNode driver, the fake TPU API, the real boot script and watcher, the
-simulator as vLLM and the project's benchmark. The search is restricted by the user's [tune]
-table (tests/sim/tune_support.py: 4 candidates); the test alone reads the seed, to compute the
-simulator's optimum the tuner has to find by measuring.
+simulator as vLLM and the project's benchmark. Every test gives the user's config the [tune]
+table below (every searched flag listed: a change of the tuner's default sets leaves these
+runs alone): 4 candidates, and one value of each kind the settings refuse. The test alone
+reads the seed, to compute the simulator's optimum (support.sim_optimum, from configs written
+out in the test code, not rendered by tpuserve) that the tuner has to find by measuring.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import time
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.cli_support import is_png
 from tests.render.boot.support import NAMESPACE, wait_for
-from tests.sim.tune_support import SimFlex, expected, sim_flex
+from tests.sim import response_model as rm
+from tests.sim.support import DEFAULT_COMMAND, E2E_GRID, E2E_OPTIMA, booted, lead, sim_optimum
+from tests.sim.tune_support import CLIENTS, CONTEXT, OUTPUT, SERVE_SCALE, SimFlex, sim_flex
 from tpuserve.ops.reconverge import parse_reconverge
+from tpuserve.render.boot_script import VLLM_BACKEND_PORT, render_startup
+from tpuserve.settings import load
 from tpuserve.tune.tpu_node import sha256
 
 # The simulated server paces every request in (scaled) real time: with a second xdist worker
@@ -32,9 +43,70 @@ pytestmark = pytest.mark.skipif(
     reason=f"runs alone (timing): {E2E_ENV}=1 ./dev test tests/sim/test_tune_end_to_end.py -n 0, "
            "as .ci/run does")
 
+# support.E2E_GRID's 4 candidates (6 boots of halving), plus a value of each kind the settings
+# refuse: 2048 batched tokens (below the multimodal floor), 0.95 (SPEC 4's failure), and a
+# context one request's KV cannot hold. Refused values cost no boot, so every run carries them.
+TUNE = """
+[tune]
+max_num_batched_tokens = [4096, 8192, 2048]
+gpu_memory_utilization = [0.93, 0.94, 0.95]
+max_num_seqs = ["unset"]
+max_model_len = [32768, 524288]
+VLLM_TPU_BUCKET_PADDING_GAP = [0]
+NUM_PRECOMPILE_WORKERS = [1]
+speculative_config = ["off"]
+"""
+# Refused value -> (words of its reason in the report, the `vllm serve` flag it would set).
+REFUSED = {
+    "max_num_batched_tokens = 2048": ("max_tokens_per_mm_item (2496)", "--max-num-batched-tokens"),
+    "gpu_memory_utilization = 0.95": ("691 s into boot", "--gpu-memory-utilization"),
+    "max_model_len = 524288": ("the pool holds", "--max-model-len"),
+}
+
 
 def _id(b: int, u: float) -> str:
     return f"b{b} s- l32768 g0 w1 m{u}"
+
+
+def _backend_port_free() -> None:
+    """The CLI renders every candidate with the product's backend port (vLLM behind the proxy
+    on 127.0.0.1:8001; no setting moves it), so a second simulated node on this machine (another
+    run of these tests) answers this one's /health and benchmark: stop before, in one line."""
+    deadline = time.monotonic() + 10  # the previous test's node may still be going down
+    while True:
+        with socket.socket() as probe:
+            # SO_REUSEADDR: a closed connection's TIME_WAIT does not count, a listener does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", VLLM_BACKEND_PORT))
+                return
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"127.0.0.1:{VLLM_BACKEND_PORT} is taken ({exc}): another "
+                                "simulated node is running on this machine; these tests need "
+                                "it to themselves")
+        time.sleep(0.2)
+
+
+@contextmanager
+def sim_run(base: Path, seed: int) -> Iterator[SimFlex]:
+    """tune_support.sim_flex's node with the user's [tune] table replaced by TUNE (before the
+    CLI reads it; Terraform's script does not depend on [tune], which is checked)."""
+    _backend_port_free()
+    with sim_flex(base, seed) as s:
+        raw = tomllib.loads(s.config.read_text())
+        assert set(raw) <= {"vllm", "tune"}, raw  # what this rewrite keeps: [vllm]'s scalars
+        vllm = raw.get("vllm", {})
+        assert all(isinstance(v, int | float | str | bool) for v in vllm.values()), vllm
+        lines = ["[vllm]", *(f"{k} = {json.dumps(v)}" for k, v in vllm.items())]
+        s.config.write_text("\n".join(lines) + "\n" + TUNE)
+        d = load(environ={"TPUSERVE_CONFIG": str(s.config)}).deployments["flex"]
+        assert render_startup(d) == s.scripts()["terraform"] == s.node_script()
+        yield s
+
+
+def _seed_file(s: SimFlex) -> Path:
+    return Path(s.node.env["FAKE_VLLM_SIM"])
 
 
 def _on(s: SimFlex, config: str) -> None:
@@ -48,19 +120,51 @@ def _on(s: SimFlex, config: str) -> None:
     assert attrs["state"] == "ready" and attrs["health"] == "ok", attrs
 
 
-# Three seeds whose optima over the grid differ (and by 8% or more over the next candidate).
-@pytest.mark.parametrize(("seed", "want"), [(0, (4096, 0.93)), (8, (4096, 0.94))])
-def test_tune_flex_ends_with_the_simulators_optimum(tmp_path: Path, seed: int,
-                                                   want: tuple[int, float]) -> None:
-    with sim_flex(tmp_path, seed) as s:
-        best, cells = expected(s.d, seed)
-        assert best == want  # the model's optimum (what the measurement has to find)
+def _flag(script: str, flag: str) -> str:
+    """FLAG's value in the `vllm serve` command a boot script renders (VLLM_CMD=(...))."""
+    cmd = re.search(r"^VLLM_CMD=\((.*)\)$", script, re.M)
+    assert cmd is not None, "no VLLM_CMD line in a script the node was given"
+    words = cmd.group(1).split()
+    assert flag in words, (flag, words)
+    return words[words.index(flag) + 1]
+
+
+def _refused_never_booted(s: SimFlex, report: str, runs: dict[str, Any],
+                          boots: list[dict[str, Any]]) -> None:
+    """The values the settings refuse: listed in the report with their reasons, in no script
+    the node was given, in no config the simulator booted, in no run of the state file."""
+    section = report.split("## Refused before any boot\n", 1)[1]
+    listed = [line for line in section.splitlines() if line.startswith("- `")]
+    for what, (why, flag) in REFUSED.items():
+        [line] = [x for x in listed if x.startswith(f"- `{what}`: ")]
+        assert why in line, line
+        value = what.split(" = ")[1]
+        assert all(_flag(script, flag) != value for script in s.link.scripts), what
+    assert len(listed) == len(REFUSED), listed
+    for b in boots:
+        cfg = b["config"]
+        assert cfg.gpu_memory_utilization < 0.95 and cfg.max_num_batched_tokens >= 2496
+        assert cfg.max_model_len == 32768, cfg
+    assert set(runs) <= {_id(*k) for k in E2E_GRID}, sorted(runs)
+
+
+@pytest.mark.parametrize("seed", sorted(E2E_OPTIMA))
+def test_tune_flex_ends_with_the_simulators_optimum(tmp_path: Path, seed: int) -> None:
+    """Three seeds whose optima differ pairwise (test_response_model holds it), each 8% or more
+    ahead of the next candidate: the run ends with each seed's own."""
+    want = E2E_OPTIMA[seed]
+    with sim_run(tmp_path, seed) as s:
+        best, cells = sim_optimum(seed, E2E_GRID, CONTEXT, CLIENTS, OUTPUT)
+        assert best == want and lead(cells) >= 1.08  # the model's (what measuring must find)
+        scripts = s.scripts()
+        assert set(scripts) == {_id(*k) for k in E2E_GRID} | {"terraform"}
         r = s.tune("--budget-usd", "5")
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
         assert doc["best"] == _id(*want) and doc["node_on"] == "terraform"
         # The estimate is printed before anything is booted (derived from SPEC 4's boot).
-        assert "estimate: 6 boots x 857 s" in r.stderr
+        said = " ".join(r.stderr.split())
+        assert "4 candidates (3 refused)" in said and "estimate: 6 boots x 857 s" in said
         overlay = tomllib.loads(Path(doc["overlay"]).read_text())["stacks"]["flex"]["vllm"]
         assert (overlay["max_num_batched_tokens"], overlay["gpu_memory_utilization"]) == want
         assert overlay["allow_untested_gpu_memory_utilization"] is True
@@ -71,12 +175,22 @@ def test_tune_flex_ends_with_the_simulators_optimum(tmp_path: Path, seed: int,
         # Terraform's script is back on the node, booted.
         _on(s, "terraform")
         state = s.state()
-        scripts = s.scripts()
         seen = s.link.scripts
+        # What the simulator booted, from its own record: Terraform's config and the grid's,
+        # each exactly the config the oracle computed, each dying exactly where it said.
+        boots = booted(_seed_file(s))
+        for b in boots:
+            cfg: rm.Config = b["config"]
+            keys = [k for k, c in E2E_GRID.items() if c == cfg]
+            assert cfg == DEFAULT_COMMAND or keys, cfg
+            for k in keys:
+                assert (b["error"] is None) == (cells[k] is not None), b
+        assert all(any(b["config"] == cfg for b in boots) for cfg in E2E_GRID.values())
+        _refused_never_booted(s, report, state["runs"], boots)
         for (b, u), cell in cells.items():
             runs = state["runs"][_id(b, u)]
             if cell is not None:
-                assert all(run["error"] is None for run in runs)
+                assert all(run["error"] is None for run in runs), runs
                 continue
             # A candidate the seed kills is recorded with its error, and the next script the
             # node is given is the last good config's.
@@ -100,9 +214,10 @@ def test_ctrl_c_mid_candidate_restores_the_last_good_config_and_a_resume_finishe
     # Served ms (SERVE_SCALE 0.1): the model's TTFT medians are 224 and 254 at 8192 batched
     # tokens, 316 and 360 at 4096; a p90 measured here reads 20-40% above the median.
     limit = 350.0
-    with sim_flex(tmp_path, 3) as s:
-        best, cells = expected(s.d, 3, max_ttft_ms=limit)
-        assert best == (8192, 0.94) and expected(s.d, 3)[0] == best
+    with sim_run(tmp_path, 3) as s:
+        best, cells = sim_optimum(3, E2E_GRID, CONTEXT, CLIENTS, OUTPUT, max_ttft_ms=limit,
+                                  serve_scale=SERVE_SCALE)
+        assert best == (8192, 0.94) == E2E_OPTIMA[3]
         assert all(c is not None for c in cells.values())
         argv = ("--budget-usd", "5", "--max-ttft-p90-ms", str(limit))
         proc = s.start(*argv)
@@ -144,7 +259,7 @@ def test_ctrl_c_mid_candidate_restores_the_last_good_config_and_a_resume_finishe
 def test_the_budget_stops_the_search_with_exit_3(tmp_path: Path) -> None:
     """$0.50 at flex's $0.60/hour is 50 node-minutes: the first candidate starts on SPEC 4's
     857 s estimate, then its measured boot says the next one would pass the budget."""
-    with sim_flex(tmp_path, 8) as s:
+    with sim_run(tmp_path, 8) as s:
         r = s.tune("--budget-usd", "0.5")
         assert r.returncode == 3, r.stderr
         said = " ".join(r.stderr.split())

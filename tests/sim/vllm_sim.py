@@ -24,12 +24,17 @@ the program set; a boot that finds them loads them instead (warm). Then it serve
 
 Seed file (JSON): {"seed": int, "boot_scale": float, "serve_scale": float, "params": {...}}
 (`params` overrides seeded fields by name, for a test that pins one).
+
+Every boot is recorded, before its timeline starts, as one JSON line in the seed file's
+record (`boot_record`: seed.boots.jsonl beside it): the config it read and the model's outcome,
+so a test sees what the simulator was given to boot, not only what the tuner says it tried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -59,10 +64,21 @@ def load_seed(path: str) -> tuple[rm.Params, float, float]:
     params = rm.Params.draw(int(doc["seed"]))
     overrides = doc.get("params") or {}
     if overrides:
-        import dataclasses
-
         params = dataclasses.replace(params, **overrides)
     return params, float(doc.get("boot_scale", 0.001)), float(doc.get("serve_scale", 1.0))
+
+
+def boot_record(seed_file: str | Path) -> Path:
+    """Where the boots of SEED_FILE's simulator are recorded (tests read it: support.booted)."""
+    seed = Path(seed_file)
+    return seed.with_name(f"{seed.stem}.boots.jsonl")
+
+
+def record_boot(seed_file: str, cfg: rm.Config, b: rm.Boot) -> None:
+    line = json.dumps({"config": dataclasses.asdict(cfg), "warm": b.warm, "error": b.error},
+                      sort_keys=True)
+    with boot_record(seed_file).open("a", encoding="utf-8") as f:
+        f.write(line + "\n")  # one write of one line: appends from two boots do not mix
 
 
 def host_path(c: dict[str, Any], container_file: str) -> Path | None:
@@ -108,6 +124,7 @@ def run_boot(c: dict[str, Any], cfg: rm.Config, params: rm.Params, scale: float)
     names = [f"sim-{cfg.program_key()}-{i}.bin" for i in range(CACHE_FILES)]
     warm = programs is not None and all((programs / n).is_file() for n in names)
     b = rm.boot(cfg, params, warm=warm)
+    record_boot(c["fake"]["FAKE_VLLM_SIM"], cfg, b)
 
     def die_at(t: float) -> None:
         clock.at(t)
