@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import time
 import tomllib
 from collections.abc import Iterator
@@ -29,7 +28,6 @@ from tests.sim import response_model as rm
 from tests.sim.support import DEFAULT_COMMAND, E2E_GRID, E2E_OPTIMA, booted, lead, sim_optimum
 from tests.sim.tune_support import CLIENTS, CONTEXT, OUTPUT, SERVE_SCALE, SimFlex, sim_flex
 from tpuserve.ops.reconverge import parse_reconverge
-from tpuserve.render.boot_script import VLLM_BACKEND_PORT, render_startup
 from tpuserve.settings import load
 from tpuserve.tune.tpu_node import sha256
 
@@ -68,31 +66,10 @@ def _id(b: int, u: float) -> str:
     return f"b{b} s- l32768 g0 w1 m{u}"
 
 
-def _backend_port_free() -> None:
-    """The CLI renders every candidate with the product's backend port (vLLM behind the proxy
-    on 127.0.0.1:8001; no setting moves it), so a second simulated node on this machine (another
-    run of these tests) answers this one's /health and benchmark: stop before, in one line."""
-    deadline = time.monotonic() + 10  # the previous test's node may still be going down
-    while True:
-        with socket.socket() as probe:
-            # SO_REUSEADDR: a closed connection's TIME_WAIT does not count, a listener does.
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", VLLM_BACKEND_PORT))
-                return
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"127.0.0.1:{VLLM_BACKEND_PORT} is taken ({exc}): another "
-                                "simulated node is running on this machine; these tests need "
-                                "it to themselves")
-        time.sleep(0.2)
-
-
 @contextmanager
 def sim_run(base: Path, seed: int) -> Iterator[SimFlex]:
     """tune_support.sim_flex's node with the user's [tune] table replaced by TUNE (before the
     CLI reads it; Terraform's script does not depend on [tune], which is checked)."""
-    _backend_port_free()
     with sim_flex(base, seed) as s:
         raw = tomllib.loads(s.config.read_text())
         assert set(raw) <= {"vllm", "tune"}, raw  # what this rewrite keeps: [vllm]'s scalars
@@ -101,7 +78,7 @@ def sim_run(base: Path, seed: int) -> Iterator[SimFlex]:
         lines = ["[vllm]", *(f"{k} = {json.dumps(v)}" for k, v in vllm.items())]
         s.config.write_text("\n".join(lines) + "\n" + TUNE)
         d = load(environ={"TPUSERVE_CONFIG": str(s.config)}).deployments["flex"]
-        assert render_startup(d) == s.scripts()["terraform"] == s.node_script()
+        assert s.render(d) == s.scripts()["terraform"] == s.node_script()
         yield s
 
 
@@ -164,7 +141,7 @@ def test_tune_flex_ends_with_the_simulators_optimum(tmp_path: Path, seed: int) -
         assert doc["best"] == _id(*want) and doc["node_on"] == "terraform"
         # The estimate is printed before anything is booted (derived from SPEC 4's boot).
         said = " ".join(r.stderr.split())
-        assert "4 candidates (3 refused)" in said and "estimate: 6 boots x 857 s" in said
+        assert "4 candidates (3 refused)" in said and "estimate: 3 boots (3 cold x 857 s" in said
         overlay = tomllib.loads(Path(doc["overlay"]).read_text())["stacks"]["flex"]["vllm"]
         assert (overlay["max_num_batched_tokens"], overlay["gpu_memory_utilization"]) == want
         assert overlay["allow_untested_gpu_memory_utilization"] is True
@@ -222,7 +199,7 @@ def test_ctrl_c_mid_candidate_restores_the_last_good_config_and_a_resume_finishe
         argv = ("--budget-usd", "5", "--max-ttft-p90-ms", str(limit))
         proc = s.start(*argv)
         first = s.scripts()[_id(4096, 0.93)]
-        second = s.scripts()[_id(4096, 0.94)]
+        second = s.scripts()[_id(8192, 0.93)]
         try:
             wait_for(lambda: second in s.link.scripts, "the second candidate's patch",
                      timeout=200)
