@@ -36,9 +36,9 @@ from tpuserve.tune.tpu_node import overlaid
 SCALE = 0.005
 # Served 10x faster than real time: the KV wall's 3 s TTFTs take 0.3 s (ratios are kept).
 SERVE_SCALE = 0.1
-# The restricted search (4 candidates, 6 boots of halving): memory utilization moves the KV
-# wall this workload sits past (0.93 and 0.94 live or die by the seed), 8192 batched tokens'
-# effect is seeded; the rest fixed.
+# The restricted search (4 candidates, 3 boots by the plan, more where one fails): memory
+# utilization moves the KV wall this workload sits past (0.93 and 0.94 live or die by the
+# seed), 8192 batched tokens' effect is seeded; the rest fixed.
 GRID = [(b, u) for b in (4096, 8192) for u in (0.93, 0.94)]
 TUNE = """
 [tune]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,3 +53,17 @@ def make_tuner(tmp_path: Path) -> MakeTuner:
         return tuner, node, sp
 
     return make
+
+
+def boot_order(make_tuner: MakeTuner, seed: int) -> list[str]:
+    """The ids an uninterrupted run on SEED's toy node boots, in the order it first boots each
+    (a later boot of the same id, a rung's or a return's, is not a new entry): what the
+    interruption tests count in, so they follow the plan's order rather than the list's."""
+    tuner, node, _sp = make_tuner(seed)
+    tuner.run()
+    of = {json.dumps(c.overlay(), sort_keys=True): cid for cid, c in tuner.candidates.items()}
+    out: list[str] = []
+    for op, overlay in node.log:
+        if op == "apply" and (cid := of[json.dumps(overlay, sort_keys=True)]) not in out:
+            out.append(cid)
+    return out

@@ -67,7 +67,7 @@ def test_a_run_writes_a_loadable_overlay_a_report_and_a_chart(setup: dict[str, A
     report = (setup["tmp"] / "out" / "tune-flex-report.md").read_text()
     assert report.count("| `b") == 8  # every candidate, one row each
     assert "## Pareto set" in report and "## Boot times" in report and "cold" in report
-    assert "stage by stage (programs, speculative, memory, context, boot)" in report
+    assert "stage by stage (memory, programs, speculative, memory-up, context, boot)" in report
     assert "s of benchmark and the return boot" in report
     png = (setup["tmp"] / "out" / "tune-flex-pareto.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.tune.conftest import WORKLOAD, MakeTuner
+from tests.tune.conftest import WORKLOAD, MakeTuner, boot_order
 from tests.tune.toy_node import ToyNode, expected_best
 from tpuserve.tune import state as state_file
 from tpuserve.tune.node import BootRecord, NodeGone
@@ -44,8 +44,8 @@ def test_a_failed_boot_is_recorded_and_the_node_returns_to_the_last_good(
 
 
 def test_a_crash_while_measured_is_recorded(make_tuner: MakeTuner) -> None:
-    tuner, node, sp = make_tuner(2)
-    first, second = sp.candidates[0].id, sp.candidates[1].id
+    first, second = boot_order(make_tuner, 2)[:2]
+    tuner, node, _sp = make_tuner(2)
     node.crash = {second}
     out = tuner.run()
     assert out.status == DONE
@@ -58,14 +58,15 @@ def test_a_crash_while_measured_is_recorded(make_tuner: MakeTuner) -> None:
 @pytest.mark.parametrize("where", ["measure", "apply"])
 def test_ctrl_c_returns_to_the_last_good_and_a_resume_finishes(
         make_tuner: MakeTuner, tmp_path: Path, where: str) -> None:
-    tuner, node, sp = make_tuner(2)  # seed 2: every candidate boots
+    order = boot_order(make_tuner, 2)  # seed 2: every candidate boots
+    tuner, node, sp = make_tuner(2)
     if where == "measure":
         node.interrupt_at_measure = 5
     else:
-        node.interrupt_in_apply_of = sp.candidates[5].id
+        node.interrupt_in_apply_of = order[5]
     out = tuner.run()
     assert out.status == INTERRUPTED
-    last_good = sp.candidates[3].id if where == "measure" else sp.candidates[4].id
+    last_good = order[3] if where == "measure" else order[4]
     assert out.node_on == last_good and _on(node, tuner, last_good)
     saved = state_file.load(tmp_path / "state.json")
     assert saved is not None and saved.node_on == last_good and saved.settled
@@ -75,29 +76,33 @@ def test_ctrl_c_returns_to_the_last_good_and_a_resume_finishes(
     out2 = tuner2.run()
     assert out2.status == DONE
     assert out2.best == expected_best(node, sp.candidates, WORKLOAD, Constraints())
-    for cid in done_before:  # what was measured before is not measured again at rung 0
-        assert [r.rung for r in tuner2.state.runs[cid]].count(0) == 1
+    for cid in done_before:  # what was measured before is not measured again at its rung
+        rungs = [r.rung for r in tuner2.state.runs[cid]]
+        assert len(rungs) == len(set(rungs)), (cid, rungs)
+        assert rungs[0] == saved.runs[cid][0].rung
     assert node2.current is None
 
 
 def test_resume_after_a_lost_connection_mid_candidate_returns_first(
         make_tuner: MakeTuner, tmp_path: Path) -> None:
-    tuner, node, sp = make_tuner(2)
+    order = boot_order(make_tuner, 2)
+    tuner, node, _sp = make_tuner(2)
     node.interrupt_at_measure = 3
     tuner.run()
     saved = state_file.load(tmp_path / "state.json")
     assert saved is not None
     # As if the process died during the next candidate's boot: the file says half-tried.
-    saved.node_on, saved.settled = sp.candidates[3].id, False
-    node.current = sp.candidates[3].overlay()
+    saved.node_on, saved.settled = order[3], False
+    node.current = tuner.candidates[order[3]].overlay()
     tuner2, _, _ = make_tuner(2, state=saved, node=node)
     n = len(node.log)
     assert tuner2.run().status == DONE
-    assert node.log[n] == ("apply", sp.candidates[1].overlay())  # back to the last good first
+    assert node.log[n] == ("apply", tuner.candidates[order[1]].overlay())  # the last good
 
 
 def test_any_exception_returns_to_the_last_good_and_propagates(make_tuner: MakeTuner) -> None:
-    tuner, node, sp = make_tuner(1)
+    second = boot_order(make_tuner, 1)[1]
+    tuner, node, _sp = make_tuner(1)
     real = node.measure
     calls = {"n": 0}
 
@@ -112,8 +117,8 @@ def test_any_exception_returns_to_the_last_good_and_propagates(make_tuner: MakeT
     tuner.log = said.append
     with pytest.raises(RuntimeError):
         tuner.run()
-    assert _on(node, tuner, sp.candidates[1].id)
-    assert said[-1] == f"the tuner failed; the node is on: {sp.candidates[1].id}"
+    assert _on(node, tuner, second)
+    assert said[-1] == f"the tuner failed; the node is on: {second}"
 
 
 def test_a_node_that_went_away_keeps_the_state_for_the_next(

@@ -73,15 +73,22 @@ def test_the_default_search_ends_within_five_dollars_on_the_toy_node(tmp_path: P
 def test_the_stages_cross_only_their_own_flags() -> None:
     _d, cands = _default()
     first = plan.replay(TuneState("flex", "fp"), cands)[0]
-    assert first is not None and first.name == "programs" and first.anchor is None
-    # 2 batched-token buckets x 2 sequence caps x 2 padding gaps; the rest at the anchor's.
-    assert len(first.ids) == 8
+    # Memory first, on the stack's own programs (the one set known to boot): 0.92-0.94.
+    assert first is not None and first.name == "memory" and not first.reuse
+    assert len(first.ids) == 3
+    st = TuneState("flex", "fp", at_rung=list(first.ids), pending=[])
+    st.runs = {cid: [_run(0, 1.0 + i / 100, 700.0)] for i, cid in enumerate(first.ids)}
+    assert not plan.advance(st, cands)
+    step = plan.current(st, cands)
+    # 2 batched-token buckets x 2 sequence caps x 2 padding gaps; the rest at the winner's.
+    assert step is not None and step.name == "programs" and len(step.ids) == 8
     by = {c.id: c for c in cands}
-    varied = {n for i in first.ids for n in NAMES
-              if by[i].as_dict[n] != by[first.ids[0]].as_dict[n]}
+    varied = {n for i in step.ids for n in NAMES
+              if by[i].as_dict[n] != by[step.ids[0]].as_dict[n]}
     assert varied == {"max_num_batched_tokens", "max_num_seqs", "VLLM_TPU_BUCKET_PADDING_GAP"}
+    assert {by[i].as_dict["gpu_memory_utilization"] for i in step.ids} == {0.92}
     assert [(n, k) for n, k in plan.shape(cands)] == [
-        ("programs", 8), ("memory", 3), ("context", 2), ("boot", 3)]
+        ("memory", 3), ("programs", 8), ("context", 2), ("boot", 3)]
 
 
 def _run(rung: int, usd: float, boot_s: float) -> Run:
@@ -119,18 +126,20 @@ def test_a_later_stage_does_not_boot_its_anchor_again() -> None:
     first = plan.replay(TuneState("flex", "fp"), cands)[0]
     assert first is not None
     st = TuneState("flex", "fp", at_rung=list(first.ids), pending=[])
-    # Rung 0 of the programs: the first id cheapest; rung 1 (3 ids): the first again.
-    st.runs = {cid: [_run(0, 1.0 + i / 100, 700.0)] for i, cid in enumerate(first.ids)}
-    assert not plan.advance(st, cands)
-    assert st.rung == 1 and st.pending == list(first.ids[:3])
-    for i, cid in enumerate(st.pending):
-        st.runs[cid].append(_run(1, 1.0 + i / 100, 400.0))
+    # Rung 0, memory: 0.93 cheapest. Rung 1, the programs at 0.93: the anchor is measured.
+    st.runs = {cid: [_run(0, 1.0 - (i == 1) / 100, 700.0)] for i, cid in enumerate(first.ids)}
     assert not plan.advance(st, cands)
     step = plan.current(st, cands)
-    assert step is not None and step.name == "memory" and step.anchor == first.ids[0]
-    assert first.ids[0] in st.at_rung and first.ids[0] not in st.pending
-    assert len(st.pending) == 2  # 0.93 and 0.94 on the winner
+    assert step is not None and step.name == "programs" and step.reuse == {first.ids[1]}
+    assert st.rung == 1 and first.ids[1] in st.at_rung and first.ids[1] not in st.pending
+    assert len(st.pending) == 7
     assert plan.reps(st, cands, 2) == 2  # a stage's first rung: the base repetitions
+    # Its anchor's rung-0 measurement competes: cheapest again, it leads rung 2's three.
+    for cid in st.pending:
+        st.runs.setdefault(cid, []).append(_run(1, 1.5, 700.0))
+    assert not plan.advance(st, cands)
+    assert st.rung == 2 and st.at_rung[0] == first.ids[1] and len(st.pending) == 3
+    assert plan.reps(st, cands, 2) == 4
 
 
 def test_the_benchmark_time_model() -> None:
@@ -146,18 +155,18 @@ def test_the_benchmark_time_model() -> None:
 
 def test_an_interruption_in_a_later_stage_resumes_to_the_same_choice(
         make_tuner: MakeTuner, tmp_path: Path) -> None:
-    """Ctrl-C in the memory stage (after the programs' two rungs: 8 + 3 measurements); the
+    """Ctrl-C past the programs (after memory's 3 measurements and the programs' 7 + 3); the
     state file alone carries the plan on: the same choice as an uninterrupted run, nothing
     measured twice at a rung."""
     free, _node, _sp = make_tuner(2)
     want = free.run().best
     tuner, node, _ = make_tuner(2)
-    node.interrupt_at_measure = 12
+    node.interrupt_at_measure = 14
     assert tuner.run().status == INTERRUPTED
     saved = state_file.load(tmp_path / "state.json")
-    assert saved is not None and saved.rung == 2  # the memory stage's first rung
+    assert saved is not None and saved.rung == 3  # the first rung after the programs
     step = plan.current(saved, list(tuner.candidates.values()))
-    assert step is not None and step.name == "memory"
+    assert step is not None and step.name in ("memory-up", "context")
     tuner2, _, _ = make_tuner(2, state=saved, node=node)
     out = tuner2.run()
     assert out.status == DONE and out.best == want

@@ -2,7 +2,9 @@
 SPEC 4's measured boot times, the benchmark's time per candidate from a stated model, and the
 boot that puts Terraform's script back at the end, at the stack's price.
 
-Boots: a candidate's first boot is cold (857 s, SPEC 4: its programs are new to the compile
+Boots: the plan's nominal stages (tune/plan.py: shape), without the step-downs and the
+memory-up stage, whose boots depend on what fails and what wins (the words say so; the budget
+bounds them). A candidate's first boot is cold (857 s, SPEC 4: its programs are new to the compile
 cache), a later rung's boot of the same candidate and the final return to Terraform's script
 (booted before the search) are warm (497 s, SPEC 4, the cache mounted).
 
@@ -96,4 +98,7 @@ def words(est: dict[str, Any], usd_per_hour: float, price_source: str) -> str:
             f"{est['bench_s']:.0f} s of benchmark ({est['runs']} runs; derived from the "
             f"planner's throughput table) + the return to Terraform's script "
             f"({est['return_s']:.0f} s warm) = {est['hours']:.2f} node-hours, "
-            f"${est['usd']:.2f} at ${usd_per_hour:.4g}/hour ({price_source}; derived)")
+            f"${est['usd']:.2f} at ${usd_per_hour:.4g}/hour ({price_source}; derived); a "
+            "candidate that fails to boot at the chosen memory is retried a step lower, and "
+            "a winner on other programs is tried at the memory steps above, each one boot "
+            "more, within the budget")

@@ -158,7 +158,7 @@ def report_md(summary: Summary, state: TuneState, candidates: Mapping[str, Candi
            (f"- objective: $/M output tokens at ${summary.usd_per_hour:.4g}/hour "
            f"({summary.price_source}); constraints: {summary.limits.words()}"),
            (f"- search: successive halving (eta {halving.ETA}) stage by stage "
-           f"({', '.join(name for name, _ in STAGES)}), {len(candidates)} candidates, "
+           f"({', '.join(st.name for st in STAGES)}), {len(candidates)} candidates, "
            f"{len(refused)} refused by the settings or the planner; "
            f"{sum(len(v) for v in state.runs.values())} boots"),
            (f"- node time: estimated {summary.estimate['hours']:.2f} h "
