@@ -266,8 +266,22 @@ def test_tpuserve_never_imports_stacks() -> None:
 
 
 def _product_files() -> list[str]:
+    """Every file of the product and its tooling that is not a test or a document: the
+    packages' and the templates' Python, the templates (the boot script's bash parts, the
+    fleet's manifests), the bench and the tools, `dev` and main.py. Upstream copies
+    (templates/fleet/vendor/) are not ours to split."""
     files = [p for pkg in (*PACKAGES, "templates") for p in (ROOT / pkg).rglob("*.py")]
-    return sorted(str(p.relative_to(ROOT)) for p in [*files, ROOT / "main.py"])
+    files += list((ROOT / "templates").rglob("*.j2"))
+    files += [p for d in ("bench", "tools") for p in (ROOT / d).iterdir() if p.is_file()]
+    return sorted(str(p.relative_to(ROOT)) for p in [*files, ROOT / "main.py", ROOT / "dev"]
+                  if "vendor" not in p.relative_to(ROOT).parts)
+
+
+def test_the_size_check_sees_templates_tools_and_dev() -> None:
+    files = _product_files()
+    assert {"templates/boot/lib.sh.j2", "templates/fleet/service.yaml.j2", "bench/cli",
+            "tools/snapshot_outputs.py", "dev", "main.py"} <= set(files)
+    assert not [f for f in files if "vendor" in f or f.startswith("tests/")]
 
 
 def test_no_product_file_over_400_lines() -> None:

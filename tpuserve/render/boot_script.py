@@ -1,7 +1,7 @@
 """Renders the boot script from a Deployment. Pure: config in, text out.
 
 One script on the node, authored in parts: templates/boot/startup.sh.j2 (the header and the
-settings block, the only place a config value lands) includes lib, secrets, proxy, cache,
+settings block, the only place a config value lands) includes lib, api, secrets, proxy, cache,
 containers, metrics, readiness and main (templates/boot/*.sh.j2, plain bash), and carries the
 static Python helper (boot_helper_text: one program on the node, authored in the parts under
 templates/boot/boot_helper/). The script's own header documents what it

@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from tpuserve.facts import COLD_START_S, WARM_START_S
 from tpuserve.kinds import POOL_MODELS
+from tpuserve.settings import measured_rules
 from tpuserve.settings.base import StrictModel, parse_duration, spec_error
 from tpuserve.settings.string_rules import DURATION, check
 
@@ -102,28 +102,11 @@ class FleetSettings(StrictModel):
                              "GKE flex-start nodes run at most 7 days")
         return v
 
-    @field_validator("scale_up_period_s")
+    @field_validator(*measured_rules.checked_fields("fleet", before=False))
     @classmethod
-    def _scale_up(cls, v: int) -> int:
-        if v < WARM_START_S:
-            raise spec_error(
-                "fleet.scale_up_period_s", v, f"must be at least {WARM_START_S:.0f}",
-                f"SPEC 4: a new replica serves {WARM_START_S:.0f} s (warm) to "
-                f"{COLD_START_S:.0f} s (cold) after it starts; adding another before the last "
-                "one serves buys chips that answer the same queue twice",
-            )
-        return v
-
-    @field_validator("scale_down_window_s")
-    @classmethod
-    def _scale_down(cls, v: int) -> int:
-        if v < WARM_START_S:
-            raise spec_error(
-                "fleet.scale_down_window_s", v, f"must be at least {WARM_START_S:.0f}",
-                f"SPEC 4: a replica removed in a dip takes {WARM_START_S:.0f}-"
-                f"{COLD_START_S:.0f} s to come back; a shorter window flaps",
-            )
-        return v
+    def _measured(cls, v: object, info: ValidationInfo) -> object:
+        # scale_up_period_s, scale_down_window_s: SPEC 4's boot times (settings/measured_rules)
+        return measured_rules.enforce(f"fleet.{info.field_name}", v, info.data)
 
     @field_validator("pods_cidr")
     @classmethod

@@ -41,6 +41,7 @@ from tpuserve.facts import (
     MM_ITEM_TOKENS,
     MODEL_KV_HEADS,
     PRICES_USD_PER_CHIP_HOUR,
+    WARM_START_S,
 )
 from tpuserve.kinds import PRICE_KEYS
 from tpuserve.settings.model_profiles import DEFAULT_MODEL
@@ -310,6 +311,16 @@ RULES: tuple[Rule, ...] = (
     Rule("tpu.accelerator_type", "warning",
          "every figure in SPEC was measured on v5litepod-1",
          broken=lambda v, o: v != "v5litepod-1"),
+    # --------------------------------------------------------------------------- [fleet]
+    Rule("fleet.scale_up_period_s", "error", f"must be at least {WARM_START_S:.0f}",
+         f"SPEC 4: a new replica serves {WARM_START_S:.0f} s (warm) to {COLD_START_S:.0f} s "
+         "(cold) after it starts; adding another before the last one serves buys chips that "
+         "answer the same queue twice",
+         broken=lambda v, o: v < WARM_START_S),
+    Rule("fleet.scale_down_window_s", "error", f"must be at least {WARM_START_S:.0f}",
+         f"SPEC 4: a replica removed in a dip takes {WARM_START_S:.0f}-{COLD_START_S:.0f} s to "
+         "come back; a shorter window flaps",
+         broken=lambda v, o: v < WARM_START_S),
 )
 
 

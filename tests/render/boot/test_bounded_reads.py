@@ -1,7 +1,7 @@
 """Every read on the node is bounded as a whole, not per recv: an answer that drips a byte at a
 time (the fakes' drip modes, tests/fakes/hostile_server.py) ends at the read's deadline
 (the boot helper's bounded_get, templates/boot/boot_helper/watch_bounds.py; curl's --max-time
-in lib.sh.j2)."""
+in lib.sh.j2 and api.sh.j2)."""
 
 from __future__ import annotations
 

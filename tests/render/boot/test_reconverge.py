@@ -1,5 +1,5 @@
 """Config changes reach a running node in place: the watcher every boot leaves behind
-long-polls the startup-script in metadata and runs a changed one (templates/boot/lib.sh.j2
+long-polls the startup-script in metadata and runs a changed one (templates/boot/api.sh.j2
 start_watcher, boot_helper.py watch)."""
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def test_on_a_node_with_systemd_the_watcher_is_a_unit_of_its_own(tmp_path: Path)
             f'#!/bin/sh\nprintf "{tool}"; printf " %s" "$@"; echo\n'
             f'[ "$1 $2" != "is-active --quiet" ] || exit "${{ACTIVE:-3}}"\n')
         (stubs / tool).chmod(0o755)
-    lib = _env.get_template("boot/lib.sh.j2").render()
+    lib = "".join(_env.get_template(f"boot/{part}.sh.j2").render() for part in ("lib", "api"))
     program = (f"{lib}\nROOT=''\nSYSTEMD_DIR={systemd_dir}\nSTATE_DIR=/var/lib/tpuserve\n"
                "HELPER=$STATE_DIR/boot_helper.py RECORDER=$STATE_DIR/record_reconverge.sh\n"
                "STACK=spot PHASE=test\nstart_watcher\n")

@@ -1,6 +1,6 @@
 """A refused or throttled write never silences the rest, and every retry of the boot waits at
 least what the server's Retry-After asks (templates/boot/lib.sh.j2: ga, retry_after,
-pause_before_retry, api_retry, api_tries; cache.sh.j2 upload_cache).
+pause_before_retry; api.sh.j2: api_retry, api_tries; cache.sh.j2 upload_cache).
 
 Gaps are read from the fakes' own request times and only bounded from below: a retry sooner than
 the server asked is the failure (the old backoff retried after 1 s and 2 s whatever it asked).
