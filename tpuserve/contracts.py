@@ -158,6 +158,10 @@ GUEST_ATTRIBUTE_KEYS: tuple[str, ...] = (
     "bypass_check", "metrics", "memory", "kv_cache", "startup_complete", "health",
     "cache_publish", GA_RECONVERGE,
 )
+# How the boot script's `failed <reason>` begins when vLLM never answered /health within the
+# readiness budget (templates/boot/readiness.sh.j2): the tuner reads it as a compile past the
+# budget, which less memory does not shorten, so it does not retry such a candidate lower.
+GA_FAILED_NOT_READY = "vLLM not healthy after"
 
 # ----------------------------------------------------------------------------- labels
 

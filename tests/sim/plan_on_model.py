@@ -17,6 +17,7 @@ from typing import Any
 
 from tests.sim import response_model as rm
 from tests.sim.support import READY_BUDGET_S, with_flags
+from tpuserve.contracts import GA_FAILED_NOT_READY
 from tpuserve.tune.candidates import UNSET, Candidate
 from tpuserve.tune.node import BootRecord
 from tpuserve.tune.score import Score
@@ -24,6 +25,7 @@ from tpuserve.tune.state import Run, TuneState
 
 USD_PER_HOUR = 0.6  # flex, SPEC 2
 WALL = "RuntimeProgramAllocationFailure"
+NOT_READY = f"{GA_FAILED_NOT_READY} 2400 s (last /health: HTTP 502)"  # as the script says it
 
 
 def config(c: Candidate) -> rm.Config:
@@ -48,14 +50,21 @@ class Model:
     clients: int
     output: int
 
-    def usd_per_m(self, c: Candidate) -> float | None:
+    def outcome(self, c: Candidate) -> float | str:
+        """C's $/M, or the error its cold boot fails with."""
         p = rm.Params.draw(self.seed)
         cfg = config(c)
         boot = rm.boot(cfg, p, warm=False)
-        if boot.error is not None or (boot.ready_s or 0) >= READY_BUDGET_S:
-            return None
+        if boot.error is not None:
+            return WALL
+        if (boot.ready_s or 0) >= READY_BUDGET_S:
+            return NOT_READY
         return rm.usd_per_million(rm.cell(cfg, p, self.context, self.clients,
                                           self.output).tok_s, USD_PER_HOUR)
+
+    def usd_per_m(self, c: Candidate) -> float | None:
+        out = self.outcome(c)
+        return None if isinstance(out, str) else out
 
     def optimum(self, candidates: Sequence[Candidate], workers: int = 1) -> float:
         """The lowest $/M a candidate with the stack's WORKERS serves at (several may tie:
@@ -68,19 +77,19 @@ class Model:
                    and (u := self.usd_per_m(c)) is not None)
 
 
-def _run(rung: int, usd: float | None) -> Run:
-    if usd is None:
-        return Run(rung, 2, BootRecord(False, 691.0, error=WALL), error=WALL)
+def _run(rung: int, usd: float | str) -> Run:
+    if isinstance(usd, str):
+        return Run(rung, 2, BootRecord(False, 691.0, error=usd), error=usd)
     return Run(rung, 2, BootRecord(True, 700.0, 580.0, True),
                Score(usd, 100.0, 0.005, 300.0, 9.0, 100.0, (), ()), measure_s=120.0)
 
 
 def drive(plan: ModuleType, candidates: Sequence[Candidate],
-          outcome: Callable[[Candidate], float | None]) -> tuple[Candidate | None, int]:
+          outcome: Callable[[Candidate], float | str]) -> tuple[Candidate | None, int]:
     """PLAN (tune/plan.py, or an older revision's) run to its end as the runner runs it, OUTCOME
     standing in for each boot and measurement: the chosen candidate and the boots made."""
     by = {c.id: c for c in candidates}
-    memo: dict[str, float | None] = {}
+    memo: dict[str, float | str] = {}
     st = TuneState("flex", "fp", at_rung=list(by), pending=list(by))
     plan.start(st, list(candidates))
     boots = 0

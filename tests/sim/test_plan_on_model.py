@@ -33,7 +33,7 @@ def test_the_plan_chooses_each_seeds_optimum_on_the_model(candidates: list,
     missed = []
     for seed in SEEDS:
         m = Model(seed, *workload)
-        chosen, boots = drive(plan, candidates, m.usd_per_m)
+        chosen, boots = drive(plan, candidates, m.outcome)
         assert chosen is not None
         usd, best = m.usd_per_m(chosen), m.optimum(candidates)
         assert usd is not None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from tests.tune.conftest import flex_space
+from tpuserve.contracts import GA_FAILED_NOT_READY
+from tpuserve.paths import REPO_ROOT
 from tpuserve.tune import plan
 from tpuserve.tune.candidates import Candidate
 from tpuserve.tune.node import BootRecord
@@ -21,7 +23,9 @@ WALL = "RuntimeProgramAllocationFailure"
 TUNE = {"max_num_batched_tokens": [4096], "max_num_seqs": ["unset"], "max_model_len": [32768],
         "VLLM_TPU_BUCKET_PADDING_GAP": [0, 128], "NUM_PRECOMPILE_WORKERS": [1],
         "gpu_memory_utilization": [0.92, 0.93, 0.94]}
-Outcome = Mapping[tuple[int, float], float | None]  # (gap, memory) -> $/M, None: fails to boot
+# (gap, memory) -> $/M; None: dies on memory at boot; NOT_READY: passes the readiness budget
+Outcome = Mapping[tuple[int, float], float | str | None]
+NOT_READY = "not ready"
 
 
 def _cands() -> list[Candidate]:
@@ -32,8 +36,11 @@ def _key(c: Candidate) -> tuple[int, float]:
     return c.as_dict["VLLM_TPU_BUCKET_PADDING_GAP"], c.as_dict["gpu_memory_utilization"]
 
 
-def _run(rung: int, usd: float | None) -> Run:
-    if usd is None:
+def _run(rung: int, usd: float | str | None) -> Run:
+    if usd == NOT_READY:  # as the boot script says it (templates/boot/readiness.sh.j2)
+        why = f"{GA_FAILED_NOT_READY} 2400 s (last /health: HTTP 502)"
+        return Run(rung, 2, BootRecord(False, 2400.0, error=why), error=why)
+    if usd is None or isinstance(usd, str):
         return Run(rung, 2, BootRecord(False, 691.0, error=WALL), error=WALL)
     return Run(rung, 2, BootRecord(True, 700.0, 580.0, True),
                Score(usd, 100.0, 0.005, 300.0, 9.0, 100.0, (), ()), measure_s=120.0)
@@ -125,3 +132,19 @@ def test_a_resume_mid_step_down_continues_it() -> None:
     assert step is not None and step.name == "programs"
     assert [_key(by[i]) for i in step.to_boot() if i not in st.runs] == [(128, 0.93)]
     assert _chosen(whole, cands) == (128, 0.92) and booted[-2:] == [(128, 0.93), (128, 0.92)]
+
+
+def test_a_boot_past_the_readiness_budget_is_not_retried_lower() -> None:
+    """The gap's programs compile past the readiness budget at 0.93: less memory compiles no
+    faster, so no step-down is booted for it."""
+    cands = _cands()
+    outcome: Outcome = {(0, 0.92): 1.00, (0, 0.93): 0.90, (0, 0.94): None,
+                        (128, 0.92): 0.80, (128, 0.93): NOT_READY, (128, 0.94): NOT_READY}
+    st, booted = drive(outcome, cands)
+    assert _chosen(st, cands) == (0, 0.93)
+    assert booted == [(0, 0.92), (0, 0.93), (0, 0.94), (128, 0.93)]
+
+
+def test_the_boot_scripts_readiness_failure_begins_with_the_tuners_words() -> None:
+    text = (REPO_ROOT / "templates/boot/readiness.sh.j2").read_text()
+    assert f'fail "{GA_FAILED_NOT_READY} $READY_TIMEOUT s' in text

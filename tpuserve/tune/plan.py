@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from tpuserve.contracts import GA_FAILED_NOT_READY
 from tpuserve.tune.candidates import Candidate
 from tpuserve.tune.halving import latest, top
 from tpuserve.tune.score import rank_key
@@ -159,7 +160,8 @@ def _lower_memory(c: Candidate, candidates: Sequence[Candidate]) -> str | None:
 def _with_step_downs(state: TuneState, step: Step, candidates: Sequence[Candidate]) -> Step:
     """STEP with, for each id that failed at this very rung, its one-step-lower memory sibling
     (and so on down while those fail): only at a stage's first rung, never in a memory stage
-    nor the boot stage (its workers change how programs compile, not what they hold)."""
+    nor the boot stage (its workers change how programs compile, not what they hold), and
+    not for a boot that passed the readiness budget."""
     if step.local != 0 or MEMORY in STAGES[step.stage].dims or step.name == BOOT_ONLY:
         return step
     by = {c.id: c for c in candidates}
@@ -168,8 +170,8 @@ def _with_step_downs(state: TuneState, step: Step, candidates: Sequence[Candidat
     while i < len(ids):
         cid, i = ids[i], i + 1
         run = next((r for r in state.runs.get(cid, []) if r.rung == step.rung), None)
-        if run is None or run.error is None:
-            continue
+        if run is None or run.error is None or run.error.startswith(GA_FAILED_NOT_READY):
+            continue  # a compile past the readiness budget: less memory compiles no faster
         sib = _lower_memory(by[cid], candidates)
         if sib is not None and sib not in ids:
             ids.append(sib)
