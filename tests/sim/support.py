@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
+from tests.nginx_support import NGINX
 from tests.render.boot.support import Cloud, Node
 from tests.sim import response_model as rm
 from tests.sim.vllm_sim import boot_record
@@ -33,6 +36,12 @@ BOOT_SCALE = 0.002
 # overhead stay small beside it).
 SERVE_SCALE = 1.0
 SPOT_USD_PER_HOUR = 0.58  # SPEC 2's v5e-1 spot price, the $/M figures' price
+# What is measured through the node's API-key proxy needs Debian's nginx: the fake docker's
+# stand-in proxy forwards neither a request's body nor a stream as it comes (so /tokenize is
+# refused and every TTFT is the whole answer's time). .ci/run installs nginx.
+REAL_PROXY = pytest.mark.skipif(
+    NGINX is None, reason="measured through the real proxy: Debian's nginx is absent "
+                          "(apt-get install nginx; .ci/run installs it)")
 
 
 def write_seed(path: Path, seed: int, *, boot_scale: float = BOOT_SCALE,

@@ -15,6 +15,7 @@ from tests.render.boot.support import NAMESPACE, Cloud, wait_for
 from tests.sim import response_model as rm
 from tests.sim.link import NodeLink
 from tests.sim.support import (
+    REAL_PROXY,
     bench_cell,
     candidate,
     config_of,
@@ -39,6 +40,7 @@ def _tuned(d: Deployment) -> Deployment:
                      env={"VLLM_TPU_BUCKET_PADDING_GAP": 128, "NUM_PRECOMPILE_WORKERS": 4})
 
 
+@REAL_PROXY
 @pytest.mark.parametrize(("label", "seed", "context", "clients", "serve_scale", "rounds"), [
     ("default", 1, 128, 4, 1.0, 2),
     ("tuned", 1, 1024, 8, 1.0, 2),
@@ -157,6 +159,7 @@ def _reconverge(cloud: Cloud, since: float = 0) -> list[str]:
             if w.key == "reconverge" and w.at >= since]
 
 
+@REAL_PROXY
 def test_the_booted_simulator_passes_the_projects_smoke(cloud: Cloud, tmp_path: Path) -> None:
     node = sim_node(cloud, write_seed(tmp_path / "seed.json", 2))
     node.run(timeout=120)

@@ -25,14 +25,14 @@ import pytest
 
 from tests.cli_support import is_png
 from tests.sim import response_model as rm
-from tests.sim.support import sim_optimum, with_flags
+from tests.sim.support import REAL_PROXY, sim_optimum, with_flags
 from tests.sim.tune_support import CLIENTS, CONTEXT, OUTPUT, sim_flex
 
 E2E_ENV = "TPUSERVE_TUNE_E2E"
-pytestmark = pytest.mark.skipif(
+pytestmark = [REAL_PROXY, pytest.mark.skipif(
     os.environ.get(E2E_ENV) != "1",
     reason=f"runs alone (timing): {E2E_ENV}=1 ./dev test tests/sim/test_tune_default_set.py "
-           "-n 0, as .ci/run does")
+           "-n 0, as .ci/run does")]
 
 SEED = 0
 Key = tuple[int, int, int, float, int]  # batched tokens, seqs, padding gap, memory, context

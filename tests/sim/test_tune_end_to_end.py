@@ -25,7 +25,15 @@ import pytest
 from tests.cli_support import is_png
 from tests.render.boot.support import NAMESPACE, wait_for
 from tests.sim import response_model as rm
-from tests.sim.support import DEFAULT_COMMAND, E2E_GRID, E2E_OPTIMA, booted, lead, sim_optimum
+from tests.sim.support import (
+    DEFAULT_COMMAND,
+    E2E_GRID,
+    E2E_OPTIMA,
+    REAL_PROXY,
+    booted,
+    lead,
+    sim_optimum,
+)
 from tests.sim.tune_support import CLIENTS, CONTEXT, OUTPUT, SERVE_SCALE, SimFlex, sim_flex
 from tpuserve.ops.reconverge import parse_reconverge
 from tpuserve.settings import load
@@ -36,10 +44,10 @@ from tpuserve.tune.tpu_node import sha256
 # machine), while alone the module passes (4 passed, 211 s). So it runs alone: `.ci/run` has a
 # step of its own for it, serially, after the parallel suite.
 E2E_ENV = "TPUSERVE_TUNE_E2E"
-pytestmark = pytest.mark.skipif(
+pytestmark = [REAL_PROXY, pytest.mark.skipif(
     os.environ.get(E2E_ENV) != "1",
     reason=f"runs alone (timing): {E2E_ENV}=1 ./dev test tests/sim/test_tune_end_to_end.py -n 0, "
-           "as .ci/run does")
+           "as .ci/run does")]
 
 # support.E2E_GRID's 4 candidates (3 boots by the plan, more where one fails), plus a value of
 # each kind the settings refuse: 2048 batched tokens (below the multimodal floor), 0.95 (SPEC

@@ -17,14 +17,15 @@ import urllib.request
 import pytest
 
 from tests.render.boot.support import NAMESPACE, wait_for
+from tests.sim.support import REAL_PROXY
 from tests.sim.tune_support import SimFlex, end_flex_run, next_flex_node, sim_flex
 from tpuserve.ops.reconverge import parse_reconverge
 from tpuserve.tune.tpu_node import sha256
 
 E2E_ENV = "TPUSERVE_TUNE_E2E"
-pytestmark = pytest.mark.skipif(
+pytestmark = [REAL_PROXY, pytest.mark.skipif(
     os.environ.get(E2E_ENV) != "1",
-    reason=f"runs alone (timing): {E2E_ENV}=1 ./dev test tests/sim/test_tune_flex_end.py -n 0")
+    reason=f"runs alone (timing): {E2E_ENV}=1 ./dev test tests/sim/test_tune_flex_end.py -n 0")]
 
 # One candidate (seed 8 boots it): the search is one boot, so the test is the flex end and the
 # resume, not the search (test_tune_end_to_end.py holds that).
