@@ -26,6 +26,7 @@ TUNE = {"max_num_batched_tokens": [4096], "max_num_seqs": ["unset"], "max_model_
 # (gap, memory) -> $/M; None: dies on memory at boot; NOT_READY: passes the readiness budget
 Outcome = Mapping[tuple[int, float], float | str | None]
 NOT_READY = "not ready"
+CRASH = "crash"  # booted, then the server died while measured
 
 
 def _cands() -> list[Candidate]:
@@ -40,6 +41,9 @@ def _run(rung: int, usd: float | str | None) -> Run:
     if usd == NOT_READY:  # as the boot script says it (templates/boot/readiness.sh.j2)
         why = f"{GA_FAILED_NOT_READY} 2400 s (last /health: HTTP 502)"
         return Run(rung, 2, BootRecord(False, 2400.0, error=why), error=why)
+    if usd == CRASH:
+        why = "vLLM exited while measured (status 139)"
+        return Run(rung, 2, BootRecord(True, 700.0, 580.0, True), error=why)
     if usd is None or isinstance(usd, str):
         return Run(rung, 2, BootRecord(False, 691.0, error=WALL), error=WALL)
     return Run(rung, 2, BootRecord(True, 700.0, 580.0, True),
@@ -148,3 +152,27 @@ def test_a_boot_past_the_readiness_budget_is_not_retried_lower() -> None:
 def test_the_boot_scripts_readiness_failure_begins_with_the_tuners_words() -> None:
     text = (REPO_ROOT / "templates/boot/readiness.sh.j2").read_text()
     assert f'fail "{GA_FAILED_NOT_READY} $READY_TIMEOUT s' in text
+
+
+def test_a_crash_while_measured_is_not_retried_lower() -> None:
+    """The gap's set booted at 0.93 and its server died in the benchmark: that is the
+    candidate's failure, not its memory's, so no step-down is booted for it."""
+    cands = _cands()
+    outcome: Outcome = {(0, 0.92): 1.00, (0, 0.93): 0.90, (0, 0.94): None,
+                        (128, 0.92): 0.80, (128, 0.93): CRASH, (128, 0.94): 0.70}
+    st, booted = drive(outcome, cands)
+    assert _chosen(st, cands) == (0, 0.93)
+    assert booted == [(0, 0.92), (0, 0.93), (0, 0.94), (128, 0.93)]
+
+
+def test_a_winner_that_breaks_a_limit_at_its_last_rung_does_not_hide_a_feasible_one() -> None:
+    """Done, the plan's winner's latest run broke a constraint: the choice is the cheapest
+    candidate whose latest run met them, not none."""
+    cands = _cands()
+    by = {_key(c): c.id for c in cands}
+    st = TuneState("flex", "fp", done=True, at_rung=[by[(0, 0.93)]])
+    st.runs = {by[(0, 0.92)]: [_run(0, 1.0)], by[(0, 0.93)]: [_run(0, 0.9)]}
+    broke = Score(0.85, 100.0, 0.005, 900.0, 9.0, 100.0, ("TTFT p90 900 ms > 800",), ())
+    st.runs[by[(0, 0.93)]].append(Run(1, 4, BootRecord(True, 500.0, 300.0, True), broke,
+                                      measure_s=240.0))
+    assert plan.best(st) == by[(0, 0.92)]

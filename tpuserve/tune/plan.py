@@ -128,11 +128,11 @@ def _first_step(stage: int, anchor: Candidate, candidates: Sequence[Candidate],
 
 def _below_a_failure(state: TuneState, ids: list[str], candidates: Sequence[Candidate],
                      rung: int) -> list[str]:
-    """IDS (one program set's memory steps) without the steps above one that failed to boot:
+    """IDS (one program set's memory steps) without the steps above one that died at boot:
     more memory than a step that did not fit does not fit either."""
     mem = {c.id: c.as_dict[MEMORY] for c in candidates}
     failed = [mem[i] for i in ids if (r := _earlier(state, i, rung)) is not None
-              and r.error is not None]
+              and _died_at_boot(r)]
     return [i for i in ids if not failed or mem[i] <= min(failed)]
 
 
@@ -157,6 +157,14 @@ def _lower_memory(c: Candidate, candidates: Sequence[Candidate]) -> str | None:
     return max(lower, key=lambda o: o.as_dict[MEMORY]).id if lower else None
 
 
+def _died_at_boot(run: Run) -> bool:
+    """RUN's boot failed, and not by passing the readiness budget (a compile that long is not
+    shortened by less memory): what a memory step lower may boot. A failed benchmark or a
+    crash while measured is the candidate's, not its memory's."""
+    return run.error is not None and not run.boot.ok and \
+        not (run.boot.error or run.error).startswith(GA_FAILED_NOT_READY)
+
+
 def _with_step_downs(state: TuneState, step: Step, candidates: Sequence[Candidate]) -> Step:
     """STEP with, for each id that failed at this very rung, its one-step-lower memory sibling
     (and so on down while those fail): only at a stage's first rung, never in a memory stage
@@ -170,8 +178,8 @@ def _with_step_downs(state: TuneState, step: Step, candidates: Sequence[Candidat
     while i < len(ids):
         cid, i = ids[i], i + 1
         run = next((r for r in state.runs.get(cid, []) if r.rung == step.rung), None)
-        if run is None or run.error is None or run.error.startswith(GA_FAILED_NOT_READY):
-            continue  # a compile past the readiness budget: less memory compiles no faster
+        if run is None or not _died_at_boot(run):
+            continue
         sib = _lower_memory(by[cid], candidates)
         if sib is not None and sib not in ids:
             ids.append(sib)
@@ -286,13 +294,14 @@ def reps(state: TuneState, candidates: Sequence[Candidate], base: int) -> int:
 
 
 def best(state: TuneState) -> str | None:
-    """The chosen candidate: the plan's winner when it is done (if feasible), else the best
-    feasible so far by its latest measurement; None when none is feasible."""
+    """The chosen candidate: the plan's winner when it is done and feasible, else the best
+    feasible so far by its latest measurement (a winner that broke a limit at its last rung
+    does not hide a candidate measured within them); None when none is feasible."""
     if state.done:
         cid = state.at_rung[0] if state.at_rung else None
         run = latest(state, cid) if cid is not None else None
-        return cid if run is not None and run.score is not None and run.score.feasible \
-            else None
+        if run is not None and run.score is not None and run.score.feasible:
+            return cid
     ranked = sorted(
         (rank_key(r.score, r.boot.boot_s, cid), cid)
         for cid in state.runs if (r := latest(state, cid)) is not None and r.score is not None
