@@ -4,6 +4,8 @@ an interruption continues where it stopped."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +186,76 @@ def test_a_node_that_goes_away_while_being_put_back_after_ctrl_c_is_said_once(
     assert out.status == INTERRUPTED and out.node_on == TERRAFORM
     saved = state_file.load(tmp_path / "state.json")
     assert saved is not None and saved.settled and saved.node_on == TERRAFORM
+
+
+def test_a_ctrl_c_during_the_final_return_leaves_the_node_on_terraforms_script(
+        make_tuner: MakeTuner) -> None:
+    """SIGINT while Terraform's script boots at the end waits for that boot, then the run ends
+    interrupted with the node there: never booted back onto the candidate tried last."""
+    tuner, node, _ = make_tuner(2)
+    real = node.restore
+    fired: list[bool] = []
+
+    def restore() -> BootRecord:
+        if not fired:
+            fired.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real()
+
+    node.restore = restore  # type: ignore[method-assign]
+    out = tuner.run()
+    assert fired and out.status == INTERRUPTED
+    assert node.log[-1] == ("restore", None) and node.current is None
+    assert out.node_on == TERRAFORM and tuner.state.node_on == TERRAFORM
+
+
+def test_a_ctrl_c_while_a_failed_candidate_is_put_back_does_not_boot_it_again(
+        make_tuner: MakeTuner, tmp_path: Path) -> None:
+    """Seed 1's wall at 0.94: SIGINT while the node goes back after the first failure; the
+    resume does not boot the failed candidate a second time."""
+    tuner, node, _ = make_tuner(1)
+    real = node.apply
+    seen: dict[str, bool] = {"failed": False, "fired": False}
+
+    def apply(overlay: Any) -> BootRecord:
+        rec = real(overlay)
+        if seen["failed"] and not seen["fired"]:  # the boot back to the last good one
+            seen["fired"] = True
+            os.kill(os.getpid(), signal.SIGINT)
+        seen["failed"] = seen["failed"] or not rec.ok
+        return rec
+
+    node.apply = apply  # type: ignore[method-assign]
+    assert tuner.run().status == INTERRUPTED and seen["fired"]
+    saved = state_file.load(tmp_path / "state.json")
+    assert saved is not None
+    [failed] = [cid for cid, rs in saved.runs.items() if rs[-1].error]
+    assert failed not in saved.pending
+    node.apply = real  # type: ignore[method-assign]
+    tuner2, _, _ = make_tuner(1, state=saved, node=node)
+    assert tuner2.run().status == DONE
+    assert len(tuner2.state.runs[failed]) == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_put_the_node_back_as_ctrl_c_does(
+        make_tuner: MakeTuner, sig: signal.Signals) -> None:
+    """A closed SSH session (SIGHUP) or a kill (SIGTERM) mid-benchmark: the run ends
+    interrupted, the node on the last good config, as after Ctrl-C."""
+    order = boot_order(make_tuner, 2)
+    tuner, node, _ = make_tuner(2)
+    real = node.measure
+    calls = {"n": 0}
+
+    def measure(workload: Any, reps: int) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), sig)
+        return real(workload, reps)
+
+    node.measure = measure  # type: ignore[method-assign]
+    before = signal.getsignal(sig)
+    out = tuner.run()
+    assert out.status == INTERRUPTED and out.node_on == order[1]
+    assert _on(node, tuner, order[1])
+    assert signal.getsignal(sig) == before  # the run's handler is gone with the run

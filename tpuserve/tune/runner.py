@@ -88,18 +88,43 @@ class NotRestored(Exception):
     """The node could not be put back on a known-good config."""
 
 
+# What ends the tuner as Ctrl-C does: a closed terminal or SSH session (SIGHUP) and a polite
+# kill (SIGTERM) put the node back too, instead of leaving it on a half-tried config.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _stops_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt for the run's length, as SIGINT does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS[1:]}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 @contextmanager
 def _deferred_sigint() -> Iterator[None]:
-    """A Ctrl-C while the node is being put back waits until it is back."""
+    """A Ctrl-C (or SIGTERM, SIGHUP) while the node is being put back waits until it is back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
-    old = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+           for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     if caught:
         raise KeyboardInterrupt
 
@@ -120,6 +145,10 @@ class Tuner:
         self._save(self.state)
 
     def run(self) -> Outcome:
+        with _stops_as_ctrl_c():
+            return self._run()
+
+    def _run(self) -> Outcome:
         s = self.state
         plan.start(s, self.order)
         try:
@@ -142,7 +171,8 @@ class Tuner:
                     end = self._end()
                     return Outcome(BUDGET, plan.best(s), end, f"budget reached: {why}")
                 self._try(cid)
-                s.pending.pop(0)
+                if s.pending[:1] == [cid]:  # a failed one is popped before it is put back
+                    s.pending.pop(0)
                 self.save()
             end = self._end()
             best = plan.best(s)
@@ -202,6 +232,8 @@ class Tuner:
                     f"{s.last_good}") is not None:
                 s.last_good = TERRAFORM  # the budget affords one boot: the end's
             self.log(f"{cid} failed: {exc.reason}; returning the node to {s.last_good}")
+            if s.pending[:1] == [cid]:  # tried: a Ctrl-C while the node goes back keeps it so
+                s.pending.pop(0)
             self.save()
             self._return_to_last_good()
             return
@@ -250,9 +282,11 @@ class Tuner:
         s = self.state
         target = plan.best(s) if self.keep_best else None
         target = target or TERRAFORM
+        # Set before the boot: a Ctrl-C deferred through it then puts the node back here, not
+        # on the candidate tried last.
+        s.last_good = target
         if not (s.settled and s.node_on == target):
             self._put(target)
-        s.last_good = target
         self.save()
         return target
 
