@@ -61,9 +61,12 @@ def test_a_run_is_recorded_and_plan_cites_it(setup: dict[str, Any]) -> None:
     (measured,) = doc["measured"]
     assert measured["node"] == d.node_name and measured["values"][
         "vllm.gpu_memory_utilization"] == 0.92
-    # Both 0.93 candidates failed to boot: each a refusal with the node's error.
-    assert {tuple(sorted(x["values"].items())) for x in doc["refusals"]} >= {
-        (("vllm.gpu_memory_utilization", 0.93),)}
+    # Both 0.93 candidates failed to boot: each a refusal of its whole combination (the
+    # workers aside: they change how programs compile, not what they hold), not of 0.93 alone.
+    assert {tuple(sorted(x["values"].items())) for x in doc["refusals"]} == {(
+        ("vllm.env.VLLM_TPU_BUCKET_PADDING_GAP", 0), ("vllm.gpu_memory_utilization", 0.93),
+        ("vllm.max_model_len", 32768), ("vllm.max_num_batched_tokens", 4096),
+        ("vllm.max_num_seqs", "unset"), ("vllm.speculative_config", "off"))}
     assert all("691" in x["error"] or "Allocation" in x["error"] for x in doc["refusals"])
     # The image is a tag (it names no build): plan uses nothing and says which pin would.
     p = invoke("plan", "--stack", "flex", "--json", env=setup["env"])
@@ -148,3 +151,39 @@ def test_an_interrupted_run_records_nothing_and_resumes(setup: dict[str, Any]) -
     r = _tune(setup)
     assert r.exit_code == 0, r.stderr
     assert "resuming" in r.stderr and Path(json.loads(r.stdout)["profile"]).is_file()
+
+
+def test_a_refusal_holds_its_combination_not_one_value(setup: dict[str, Any]) -> None:
+    """Learned at 0.93 with 4096 batched tokens: 0.93 with 8192 is another program set, which
+    may fit, so it is not refused; the very combination is."""
+    assert _tune(setup).exit_code == 0
+    mine = setup["cfg"]
+    base = mine.read_text()
+    mine.write_text(base + '\n[stacks.flex.vllm]\ngpu_memory_utilization = 0.93\n'
+                    'allow_untested_gpu_memory_utilization = true\n'
+                    'max_num_batched_tokens = 8192\n')
+    assert load(environ=setup["env"]).deployments["flex"].vllm.max_num_batched_tokens == 8192
+
+
+def test_the_tuners_own_timeout_is_no_refusal() -> None:
+    """A boot the tuner gave up waiting for (no word from the watcher) proves nothing of the
+    config: no refusal is learned from it."""
+    from tpuserve.settings.loader import from_raw, load_raw
+    from tpuserve.tune.candidates import space
+    from tpuserve.tune.node import BootRecord
+    from tpuserve.tune.record import entries
+    from tpuserve.tune.state import Run, TuneState
+    from tpuserve.tune.tpu_node import NO_WORD
+    from tpuserve.tune.workload import Workload
+
+    raw = load_raw(environ={})
+    d = from_raw(raw).deployments["flex"]
+    sp = space(d, raw)
+    c = sp.candidates[1]
+    st = TuneState("flex", "fp")
+    why = f"{NO_WORD} for script sha256 0123456789ab after 3600 s"
+    st.runs = {c.id: [Run(0, 2, BootRecord(False, 3600.0, error=why, digest=TOY_DIGEST),
+                          error=why)]}
+    out, _notes = entries(d, st, {x.id: x for x in sp.candidates}, sp.baseline, None,
+                          Workload((1024,), (16,)), "2026-12-02")
+    assert all(not refusals for _m, refusals in out.values())

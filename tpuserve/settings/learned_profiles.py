@@ -18,7 +18,7 @@ A profile file (`tune/record.py` writes them) is TOML:
     tpot_p50_ms = 12.5; tok_s_cv = 0.012; reps = 4     # tpot and cv absent when unknown
     [[refusals]]      # a config that failed to boot there, with its error
     date = "..."; node = "..."; candidate = "..."; error = "..."
-    values = { "vllm.gpu_memory_utilization" = 0.94 }   # what it changed from the stack's
+    values = { "vllm.gpu_memory_utilization" = 0.94, ... }  # its combination (no workers)
 
 A tag is no identity (nightly moves), so a measurement counts only for a deployment whose
 `vllm.image` pins the same digest (`repo[:tag]@sha256:...`); a tag-only image gets one line

@@ -37,6 +37,7 @@ from tpuserve.tune import halving
 from tpuserve.tune.candidates import DIMENSIONS, Candidate
 from tpuserve.tune.node import BootRecord
 from tpuserve.tune.state import Run, TuneState
+from tpuserve.tune.tpu_node import NO_WORD
 from tpuserve.tune.workload import Workload
 
 Entries = dict[str, tuple[list[Measured], list[Refusal]]]  # per image digest
@@ -55,6 +56,14 @@ def _setting(dim: str) -> str:
 
 def settings_of(c: Candidate) -> dict[str, Any]:
     return {_setting(k): v for k, v in c.values}
+
+
+def refused_values(c: Candidate) -> dict[str, Any]:
+    """What a refusal holds: the candidate's whole combination, so it refuses that config and
+    not every config sharing one of its values (a memory step that did not fit one program set
+    may fit another); the precompile workers left out, since they change how the programs
+    compile, not what they hold."""
+    return {_setting(k): v for k, v in c.values if k != "NUM_PRECOMPILE_WORKERS"}
 
 
 def changed(c: Candidate, baseline: Candidate) -> dict[str, Any]:
@@ -114,12 +123,15 @@ def entries(d: Deployment, state: TuneState, candidates: Mapping[str, Candidate]
                      run.score.tok_s, run.boot.boot_s, settings_of(candidates[best]), cache,
                      bool(workload.trace), _cells(run, workload)))
     for cid, runs in state.runs.items():
-        failed = next((r for r in runs if r.error is not None and not r.boot.ok), None)
-        values = changed(candidates[cid], baseline) if cid in candidates else {}
-        if failed is None or not values:  # the stack's own config failing refuses nothing
-            continue
+        # A boot the node said failed; the tuner's own giving up waiting proves nothing.
+        failed = next((r for r in runs if r.error is not None and not r.boot.ok
+                       and not r.error.startswith(NO_WORD)), None)
+        c = candidates.get(cid)
+        if failed is None or c is None or not changed(c, baseline):
+            continue  # the stack's own config failing refuses nothing
         add(refusal_digest(failed.boot, state), f"the refusal of {cid!r}",
-            Refusal(today, node, cid, one_line(failed.error or "failed to boot"), values))
+            Refusal(today, node, cid, one_line(failed.error or "failed to boot"),
+                    refused_values(c)))
     return out, notes
 
 

@@ -30,6 +30,10 @@ from tpuserve.tune.node import (
 )
 from tpuserve.tune.workload import Workload
 
+# How a boot the tuner gave up waiting for begins: no word from the node's watcher (it may be
+# dead or slow), so it proves nothing of the config (tune/record.py learns no refusal from it).
+NO_WORD = "no applied or failed word"
+
 SCRIPT_KEY = "startup-script"
 # A boot is bounded: SPEC 4's cold boot took 857 s; the watcher retries a failed one.
 BOOT_TIMEOUT_S = 3600.0
@@ -184,7 +188,7 @@ class TpuNode:
                 next_check = now + self.poll_s
             elapsed = now - start
             if elapsed >= self.boot_timeout_s:
-                error = (f"no applied or failed word for script sha256 {want[:12]} after "
+                error = (f"{NO_WORD} for script sha256 {want[:12]} after "
                          f"{elapsed:.0f} s")
                 self._judge(error)
                 return BootRecord(False, elapsed / self.time_scale, error=error)
