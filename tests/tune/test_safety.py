@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,20 @@ from tpuserve.tune.node import BootRecord, NodeGone
 from tpuserve.tune.runner import DONE, FAILED, INTERRUPTED, NODE_GONE, Tuner
 from tpuserve.tune.score import Constraints
 from tpuserve.tune.state import TERRAFORM
+
+
+def _at_measure(node: ToyNode, n: int, act: Callable[[], None]) -> None:
+    """NODE's N-th measurement does ACT first (raise, or send the process a signal)."""
+    real = node.measure
+    calls = {"n": 0}
+
+    def measure(workload: Any, reps: int) -> Any:
+        calls["n"] += 1
+        if calls["n"] == n:
+            act()
+        return real(workload, reps)
+
+    node.measure = measure  # type: ignore[method-assign]
 
 
 def _on(node: ToyNode, tuner: Tuner, cid: str) -> bool:
@@ -105,16 +120,11 @@ def test_resume_after_a_lost_connection_mid_candidate_returns_first(
 def test_any_exception_returns_to_the_last_good_and_propagates(make_tuner: MakeTuner) -> None:
     second = boot_order(make_tuner, 1)[1]
     tuner, node, _sp = make_tuner(1)
-    real = node.measure
-    calls = {"n": 0}
 
-    def broken(workload: Any, reps: int) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("the benchmark's own bug")
-        return real(workload, reps)
+    def bug() -> None:
+        raise RuntimeError("the benchmark's own bug")
 
-    node.measure = broken  # type: ignore[method-assign]
+    _at_measure(node, 3, bug)
     said: list[str] = []
     tuner.log = said.append
     with pytest.raises(RuntimeError):
@@ -244,16 +254,7 @@ def test_sigterm_and_sighup_put_the_node_back_as_ctrl_c_does(
     interrupted, the node on the last good config, as after Ctrl-C."""
     order = boot_order(make_tuner, 2)
     tuner, node, _ = make_tuner(2)
-    real = node.measure
-    calls = {"n": 0}
-
-    def measure(workload: Any, reps: int) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            os.kill(os.getpid(), sig)
-        return real(workload, reps)
-
-    node.measure = measure  # type: ignore[method-assign]
+    _at_measure(node, 3, lambda: os.kill(os.getpid(), sig))
     before = signal.getsignal(sig)
     out = tuner.run()
     assert out.status == INTERRUPTED and out.node_on == order[1]
