@@ -66,3 +66,20 @@ def test_a_failure_near_the_budget_returns_straight_to_terraform(tmp_path: Path)
     assert node.log[i + 1:] == [("restore", None)]  # one boot back, none after it
     assert node.current is None and out.node_on == TERRAFORM
     assert tuner.state.spent_s / 3600 * d.usd_per_hour <= usd
+
+
+def test_the_return_is_reserved_at_a_warm_boot_not_a_candidates_cold_compile() -> None:
+    """The return restarts Terraform's script, whose programs the cache holds: a candidate's
+    2,500 s cold compile or a boot that failed at the readiness budget does not size it."""
+    from tpuserve.tune.node import BootRecord
+    from tpuserve.tune.score import Score
+    from tpuserve.tune.state import Run
+
+    score = Score(1.0, 100.0, 0.005, 300.0, 9.0, 100.0, (), ())
+    st = TuneState("flex", "fp")
+    st.runs = {"cold": [Run(0, 2, BootRecord(True, 2500.0, 2000.0, False), score)],
+               "dead": [Run(0, 2, BootRecord(False, 2400.0, error="x"), error="x")]}
+    budget = Budget(usd=1.0)
+    assert budget.return_s(st) == 857.0  # no warm boot yet: SPEC 4's cold boot
+    st.runs["warm"] = [Run(1, 4, BootRecord(True, 930.0, 330.0, True), score)]
+    assert budget.return_s(st) == 930.0

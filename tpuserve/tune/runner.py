@@ -42,9 +42,12 @@ class Budget:
     first_rep_s: float = 0.0  # before any run: one repetition's benchmark (derived)
 
     def return_s(self, state: TuneState) -> float:
-        """The end's return boot, reserved: the longest boot seen, at least SPEC 4's cold one."""
+        """The end's return boot, reserved: the longest warm boot seen, at least SPEC 4's cold
+        one. The return is a restart of Terraform's script, which booted before the search, so
+        its programs are in the compile cache: a candidate's long cold compile (a program set
+        of its own) says nothing of it."""
         return max([self.first_boot_s, *(r.boot.boot_s for rs in state.runs.values()
-                                          for r in rs)])
+                                          for r in rs if r.boot.ok and r.boot.cache_hit)])
 
     def next_s(self, state: TuneState, reps: int) -> float:
         """The next candidate: the mean boot so far and the measured seconds per repetition
