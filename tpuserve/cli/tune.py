@@ -180,8 +180,7 @@ def tune(
     node = node_for(d, raw, workload, api_key)
     if prep.state.node_on == TERRAFORM and hasattr(node, "check_deployed"):
         node.check_deployed()  # the end restores Terraform's script: it must be the node's
-    usd_h = d.usd_per_hour
-    price_source = f"[pricing] {d.price_key} x {d.tpu.chips} chip(s)"
+    usd_h, price_source = session.price(d)
     bench = cost.bench_time(workload, _throughput(d))
     est = cost.estimate(prep.space.candidates, bench, repetitions, usd_h)
     common.log(
