@@ -3,10 +3,12 @@ workload, state file), and its outputs written (overlay, report, chart)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,6 +202,59 @@ def _check_same_script(old: TuneState, now: str, path: Path) -> None:
                        f"({old.terraform_sha256[:12]}): its end would put on the node a script "
                        "Terraform never deployed; undo the config change to resume, or deploy "
                        "it and pass --fresh", exit_code=EXIT_USAGE)
+
+
+def check_outputs(stack: str, out_dir: Path, overlay_path: Path | None) -> None:
+    """Before anything boots: --out is a directory or can be made one, --write is not a
+    directory and its folder is writable or can be made (the search's outputs would otherwise
+    be lost after the node time is paid)."""
+    stem = f"tune-{stack}"
+    if overlay_path is not None:
+        if overlay_path.is_dir():
+            _refuse("--write", overlay_path, "is a directory; give the overlay file's path")
+        _creatable("--write", overlay_path, overlay_path.parent)
+    if out_dir.exists() and not out_dir.is_dir():
+        _refuse("--out", out_dir, "exists and is not a directory")
+    _creatable("--out", out_dir, out_dir)
+    names = ["report.md", "pareto.png"] + ([] if overlay_path else ["overlay.toml"])
+    for name in names:
+        if (out_dir / f"{stem}-{name}").is_dir():
+            _refuse("--out", out_dir, f"{out_dir / f'{stem}-{name}'} is a directory")
+
+
+def _creatable(flag: str, value: Path, folder: Path) -> None:
+    p = folder.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        _refuse(flag, value, f"{p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        _refuse(flag, value, f"{p} is not writable")
+
+
+def _refuse(flag: str, value: Path, why: str) -> None:
+    raise OpsError(f"{flag} {value}: {why}; nothing was booted", exit_code=EXIT_USAGE)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[Path]:
+    """An exclusive lock on STATE.lock beside the state file for the whole run: a second tune
+    of the stack would drive the same node and write the same state."""
+    lock = path.with_name(path.name + ".lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fh = lock.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise OpsError(f"{lock}: cannot open the tune lock file ({exc.strerror or exc})",
+                       exit_code=EXIT_USAGE) from None
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise OpsError(f"{lock}: another `tpuserve tune` holds this lock on the search "
+                           f"in {path.name}; wait for it to end (or stop it) before starting "
+                           "another, nothing was booted", exit_code=EXIT_USAGE) from None
+        yield lock
 
 
 def write_outputs(summary: result.Summary, prep: Prepared, out_dir: Path,
