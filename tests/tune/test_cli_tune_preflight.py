@@ -179,3 +179,16 @@ def test_a_second_tune_of_the_stack_is_refused_while_the_first_holds_the_lock(
         assert setup["node"].log == [] and not setup["state"].exists()
     r = _tune(setup, "--yes")
     assert r.exit_code == 0, r.stderr
+
+
+def test_a_trace_too_long_for_every_candidate_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _setup(tmp_path, monkeypatch, TUNE.replace("[32768]", "[512]"))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_tokens": 100, "output_tokens": 20}\n'
+                     '{"prompt_tokens": 1000, "output_tokens": 20}\n')
+    r = _tune(s, "--yes", "--trace", str(trace))
+    assert r.exit_code == 2, r.stderr
+    assert_one_line_error(r, "max_model_len = 512",
+                          "the trace's longest request, 1000 + 20 tokens (1020)")
+    assert s["node"].log == []
