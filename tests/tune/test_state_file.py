@@ -75,7 +75,7 @@ def test_a_bad_run_is_refused(tmp_path: Path, field: str, value: Any, said: str)
     assert said in str(err.value)
 
 
-@pytest.mark.parametrize("text", ["[]", "null", "3", "{"])
+@pytest.mark.parametrize("text", ["[]", "null", "3", "{", '{"version": true}'])
 def test_a_file_that_is_not_a_table_is_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "state.json"
     path.write_text(text)

@@ -85,7 +85,7 @@ class TuneState:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TuneState:
-        if doc.get("version") not in READABLE:
+        if type(doc.get("version")) is not int or doc["version"] not in READABLE:
             raise ValueError(f"version {doc.get('version')!r}, this tuner reads "
                              f"{', '.join(map(str, sorted(READABLE)))}")
         _check_state(doc)
@@ -146,7 +146,7 @@ _BOOT = {"ok": "bool", "boot_s": "seconds", "compile_s": "number?", "cache_hit":
 _SCORE = {"usd_per_m": "figure?", "tok_s": "figure", "tok_s_cv": "figure?",
           "ttft_p90_ms": "figure", "tpot_p50_ms": "figure?", "stream_tok_s": "figure?",
           "violations": "strs", "cells": "cells"}
-_CELL = {"context": "count", "clients": "count", "tok_s": "figure", "tok_s_cv": "figure?",
+_CELL = {"context": "int", "clients": "int", "tok_s": "figure", "tok_s_cv": "figure?",
          "ttft_p90_ms": "figure", "tpot_p50_ms": "figure?", "stream_tok_s": "figure?",
          "reps": "int"}
 
