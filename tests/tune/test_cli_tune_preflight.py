@@ -88,7 +88,8 @@ def test_the_checks_come_before_the_start_question(setup: dict[str, Any]) -> Non
 def test_pr_outside_a_git_work_tree_is_refused_before_any_boot(setup: dict[str, Any]) -> None:
     r = _tune(setup, "--yes", "--pr")
     assert r.exit_code == 2, r.stderr
-    assert_one_line_error(r, "--pr", "tune-flex-overlay.toml", "not be inside a git work tree")
+    assert_one_line_error(r, "--pr: --out ", "tune-flex-overlay.toml",
+                          "not be inside a git work tree")
     assert setup["node"].log == []
 
 

@@ -179,7 +179,7 @@ def tune(
     if pr:  # the overlay's work tree, before the search rather than after it
         from tpuserve.tune.pr import repo_root
 
-        repo_root(write or out / f"tune-{stack}-overlay.toml")
+        repo_root(write or out / f"tune-{stack}-overlay.toml", "--write" if write else "--out")
     path = state or session.state_path(stack)
     with session.locked(path):
         prep = session.prepare(d, raw, workload, limits, repetitions, path, fresh=fresh)
