@@ -169,8 +169,11 @@ def _check_same_price(old: TuneState, usd: tuple[float, str], path: Path) -> Non
                        "$/M were taken at, so a resume could mix two prices; pass --fresh to "
                        "start over", exit_code=EXIT_USAGE)
     if (old.usd_per_hour, old.price_source) != usd:
-        raise OpsError(f"{path}: the price changed from ${old.usd_per_hour:g}/hour "
-                       f"({old.price_source}) to ${usd[0]:g}/hour ({usd[1]}) since this search "
+        was, now = f"{old.usd_per_hour:g}", f"{usd[0]:g}"
+        if was == now and old.usd_per_hour != usd[0]:  # apart past %g's 6 digits
+            was, now = repr(old.usd_per_hour), repr(usd[0])
+        raise OpsError(f"{path}: the price changed from ${was}/hour "
+                       f"({old.price_source}) to ${now}/hour ({usd[1]}) since this search "
                        "started, and its $/M would mix the two; restore the price to resume, "
                        "or pass --fresh to start over", exit_code=EXIT_USAGE)
 
