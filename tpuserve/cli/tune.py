@@ -175,68 +175,73 @@ def tune(
             raise OpsError(f"--contexts {contexts}: {max(workload.contexts)} + "
                            f"{output_tokens} output tokens exceed vllm.max_model_len = "
                            f"{d.vllm.max_model_len}", exit_code=EXIT_USAGE)
+    session.check_outputs(stack, out, write)
+    if pr:  # the overlay's work tree, before the search rather than after it
+        from tpuserve.tune.pr import repo_root
+
+        repo_root(write or out / f"tune-{stack}-overlay.toml", "--write" if write else "--out")
     path = state or session.state_path(stack)
-    prep = session.prepare(d, raw, workload, limits, repetitions, path, fresh=fresh)
-    node = node_for(d, raw, workload, api_key)
-    if prep.state.node_on == TERRAFORM and hasattr(node, "check_deployed"):
-        node.check_deployed()  # the end restores Terraform's script: it must be the node's
-    usd_h = d.usd_per_hour
-    price_source = f"[pricing] {d.price_key} x {d.tpu.chips} chip(s)"
-    bench = cost.bench_time(workload, _throughput(d))
-    est = cost.estimate(prep.space.candidates, bench, repetitions, usd_h)
-    common.log(
-        f"tune {stack}: {len(prep.candidates)} candidates ({len(prep.space.refused)} refused), "
-        f"{workload.describe()}; constraints: {limits.words()}")
-    common.log(
-        cost.words(est, usd_h, price_source)
-        + (f"; resuming: {prep.state.spent_s / 3600:.2f} h spent" if prep.resumed else ""))
-    if not yes:
-        _confirm_or_exit()
-    tuner = Tuner(node, prep.candidates, prep.state,
-                  save=lambda s: session.state_file.save(s, path), usd_per_hour=usd_h,
-                  limits=limits, workload=workload, base_reps=repetitions,
-                  budget=Budget(budget_usd, budget_hours, first_rep_s=bench.per_rep_s),
-                  keep_best=keep_best,
-                  log=common.log)
-    outcome = tuner.run()
-    summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,
-                      outcome.best, outcome.node_on, est, image=d.vllm.image,
-                      accelerator=d.tpu.accelerator_type)
-    written = session.write_outputs(summary, prep, out, write)
-    from tpuserve.tune.drift import mark
+    with session.locked(path):
+        prep = session.prepare(d, raw, workload, limits, repetitions, path, fresh=fresh)
+        node = node_for(d, raw, workload, api_key)
+        if prep.state.node_on == TERRAFORM and hasattr(node, "check_deployed"):
+            node.check_deployed()  # the end restores Terraform's script: it must be the node's
+        usd_h, price_source = session.price(d)
+        bench = cost.bench_time(workload, _throughput(d))
+        est = cost.estimate(prep.space.candidates, bench, repetitions, usd_h)
+        common.log(
+            f"tune {stack}: {len(prep.candidates)} candidates ({len(prep.space.refused)} refused), "
+            f"{workload.describe()}; constraints: {limits.words()}")
+        common.log(
+            cost.words(est, usd_h, price_source)
+            + (f"; resuming: {prep.state.spent_s / 3600:.2f} h spent" if prep.resumed else ""))
+        if not yes:
+            _confirm_or_exit()
+        tuner = Tuner(node, prep.candidates, prep.state,
+                      save=lambda s: session.state_file.save(s, path), usd_per_hour=usd_h,
+                      limits=limits, workload=workload, base_reps=repetitions,
+                      budget=Budget(budget_usd, budget_hours, first_rep_s=bench.per_rep_s),
+                      keep_best=keep_best,
+                      log=common.log)
+        outcome = tuner.run()
+        summary = Summary(stack, usd_h, price_source, limits, workload.describe(), outcome.status,
+                          outcome.best, outcome.node_on, est, image=d.vllm.image,
+                          accelerator=d.tpu.accelerator_type)
+        written = session.write_outputs(summary, prep, out, write)
+        from tpuserve.tune.drift import mark
 
-    # Which config the node was left on, for status and review (tune/drift.py).
-    mark(prep.state, d, raw, prep.candidates,
-         written.get("overlay") if outcome.node_on == outcome.best else None)
-    session.state_file.save(prep.state, path)
-    # Recorded when the search is over: a run that can resume (interrupted, the node gone, the
-    # budget) keeps its candidates, which a learned refusal would change under it.
-    if record and outcome.status in (DONE, FAILED):
-        from tpuserve.tune.record import record as record_run
+        # Which config the node was left on, for status and review (tune/drift.py).
+        mark(prep.state, d, raw, prep.candidates,
+             written.get("overlay") if outcome.node_on == outcome.best else None)
+        session.state_file.save(prep.state, path)
+        # Recorded when the search is over: a run that can resume (interrupted, the node gone, the
+        # budget) keeps its candidates, which a learned refusal would change under it.
+        if record and outcome.status in (DONE, FAILED):
+            from tpuserve.tune.record import record as record_run
 
-        recorded = record_run(d, prep.state, prep.candidates, prep.space.baseline,
-                              outcome.best, workload, log=common.log)
-        if recorded is not None:
-            written["profile"] = str(recorded)
-    common.log(f"{outcome.message}; the node is on: {outcome.node_on}")
-    if pr and outcome.status == DONE and "overlay" in written:
-        from tpuserve.tune.pr import open_pr
+            recorded = record_run(d, prep.state, prep.candidates, prep.space.baseline,
+                                  outcome.best, workload, log=common.log)
+            if recorded is not None:
+                written["profile"] = str(recorded)
+        common.log(f"{outcome.message}; the node is on: {outcome.node_on}")
+        if pr and outcome.status == DONE and "overlay" in written:
+            from tpuserve.tune.pr import open_pr
 
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S")
-        open_pr([Path(written["overlay"])], Path(written["report"]), f"tune-{stack}-{stamp}",
-                f"tune {stack}: {outcome.best}", common.log)
-    doc = {"ok": outcome.status == DONE, "status": outcome.status, "best": outcome.best,
-           "node_on": outcome.node_on, "state": str(path), **written}
-    if json_output:
-        emit_json(doc)
-    else:
-        for key in ("overlay", "report", "chart", "profile"):
-            if key in written:
-                console.print(f"{key}: {written[key]}")
-    code = {DONE: 0, BUDGET: EXIT_BUDGET, INTERRUPTED: EXIT_INTERRUPTED}.get(outcome.status,
-                                                                             EXIT_FAILED)
-    if code:
-        raise typer.Exit(code)
+            stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S")
+            open_pr([Path(written["overlay"])], Path(written["report"]), f"tune-{stack}-{stamp}",
+                    f"tune {stack}: {outcome.best}", common.log)
+        doc = {"ok": outcome.status == DONE, "status": outcome.status, "best": outcome.best,
+               "node_on": outcome.node_on, "state": str(path), **written}
+        if json_output:
+            emit_json(doc)
+        else:
+            for key in ("overlay", "report", "chart", "profile"):
+                if key in written:
+                    console.print(f"{key}: {written[key]}")
+        code = {DONE: 0, BUDGET: EXIT_BUDGET, INTERRUPTED: EXIT_INTERRUPTED}.get(outcome.status,
+                                                                                 EXIT_FAILED)
+        if code:
+            raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

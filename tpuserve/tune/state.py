@@ -6,6 +6,7 @@ fully tried, and the node time spent. Written atomically after every step, so an
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class Run:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Run:
+        _check_run(doc)
         return cls(doc["rung"], doc["reps"], BootRecord.from_json(doc["boot"]),
                    None if doc["score"] is None else Score.from_json(doc["score"]),
                    doc["error"], doc["measure_s"])
@@ -66,6 +68,10 @@ class TuneState:
     # the config still renders exactly it. The script itself is not kept: the config
     # reproduces it, and a resume whose config no longer does is refused.
     terraform_sha256: str | None = None
+    # The price every run's $/M was taken at, and where it came from (a resume at another
+    # price is refused: tune/session.py). None in a state saved before it was recorded.
+    usd_per_hour: float | None = None
+    price_source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": VERSION, "stack": self.stack, "fingerprint": self.fingerprint,
@@ -74,22 +80,123 @@ class TuneState:
                 "node_on": self.node_on, "settled": self.settled, "last_good": self.last_good,
                 "spent_s": self.spent_s, "done": self.done,
                 "node_on_sha256": self.node_on_sha256, "overlay": self.overlay,
-                "terraform_sha256": self.terraform_sha256}
+                "terraform_sha256": self.terraform_sha256,
+                "usd_per_hour": self.usd_per_hour, "price_source": self.price_source}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TuneState:
-        if doc.get("version") not in READABLE:
+        if type(doc.get("version")) is not int or doc["version"] not in READABLE:
             raise ValueError(f"version {doc.get('version')!r}, this tuner reads "
                              f"{', '.join(map(str, sorted(READABLE)))}")
-        sha = doc.get("terraform_sha256")
-        if sha is not None and not (isinstance(sha, str) and len(sha) == 64
-                                    and all(ch in "0123456789abcdef" for ch in sha)):
-            raise ValueError(f"terraform_sha256 {str(sha)[:80]!r} is not a sha256")
+        _check_state(doc)
         return cls(doc["stack"], doc["fingerprint"], doc["rung"], list(doc["at_rung"]),
                    list(doc["pending"]),
                    {k: [Run.from_json(r) for r in v] for k, v in doc["runs"].items()},
-                   doc["node_on"], doc["settled"], doc["last_good"], doc["spent_s"],
-                   doc["done"], doc.get("node_on_sha256"), doc.get("overlay"), sha)
+                   doc["node_on"], doc["settled"], doc["last_good"], float(doc["spent_s"]),
+                   doc["done"], doc.get("node_on_sha256"), doc.get("overlay"),
+                   doc.get("terraform_sha256"), doc.get("usd_per_hour"),
+                   doc.get("price_source"))
+
+
+# -- every field checked on load (fail closed: a hand-edited or damaged file is refused, not
+# resumed; a NaN spent_s would pass every budget check, a string "no" would read as true)
+def _is_num(v: Any, *, finite: bool = True) -> bool:
+    return (type(v) in (int, float) and not math.isnan(v) and v >= 0
+            and (math.isfinite(v) or not finite))
+
+
+def _need(ok: bool, where: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ValueError(f"{where} = {json.dumps(value)[:80]}: {rule}")
+
+
+def _strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _check_state(doc: dict[str, Any]) -> None:
+    for key in ("stack", "fingerprint", "node_on", "last_good"):
+        _need(isinstance(doc.get(key), str) and doc[key] != "", key, doc.get(key),
+              "not a non-empty string")
+    _need(type(doc.get("rung")) is int and doc["rung"] >= 0, "rung", doc.get("rung"),
+          "not an integer >= 0")
+    for key in ("at_rung", "pending"):
+        _need(_strs(doc.get(key)), key, doc.get(key), "not a list of candidate ids")
+    for key in ("settled", "done"):
+        _need(type(doc.get(key)) is bool, key, doc.get(key), "not true or false")
+    _need(_is_num(doc.get("spent_s")), "spent_s", doc.get("spent_s"),
+          "not a finite number of seconds >= 0")
+    for key in ("node_on_sha256", "overlay", "price_source"):
+        _need(doc.get(key) is None or isinstance(doc[key], str), key, doc.get(key),
+              "not a string or null")
+    sha = doc.get("terraform_sha256")
+    _need(sha is None or (isinstance(sha, str) and len(sha) == 64
+                          and all(ch in "0123456789abcdef" for ch in sha)),
+          "terraform_sha256", sha, "is not a sha256")
+    price = doc.get("usd_per_hour")
+    _need(price is None or (_is_num(price) and price > 0), "usd_per_hour", price,
+          "not a finite price > 0")
+    runs = doc.get("runs")
+    _need(isinstance(runs, dict) and all(isinstance(v, list) for v in runs.values()), "runs",
+          runs, "not a table of candidate ids to lists of runs")
+
+
+_BOOT = {"ok": "bool", "boot_s": "seconds", "compile_s": "number?", "cache_hit": "bool?",
+         "error": "str?", "phases": "phases", "digest": "str?"}
+_SCORE = {"usd_per_m": "figure?", "tok_s": "figure", "tok_s_cv": "figure?",
+          "ttft_p90_ms": "figure", "tpot_p50_ms": "figure?", "stream_tok_s": "figure?",
+          "violations": "strs", "cells": "cells"}
+_CELL = {"context": "int", "clients": "int", "tok_s": "figure", "tok_s_cv": "figure?",
+         "ttft_p90_ms": "figure", "tpot_p50_ms": "figure?", "stream_tok_s": "figure?",
+         "reps": "int"}
+
+
+def _fits(v: Any, kind: str) -> bool:
+    if kind.endswith("?"):
+        return v is None or _fits(v, kind[:-1])
+    checks: dict[str, Any] = {
+        "bool": lambda: type(v) is bool, "str": lambda: isinstance(v, str),
+        "seconds": lambda: _is_num(v), "figure": lambda: _is_num(v, finite=False),
+        "number": lambda: type(v) in (int, float) and math.isfinite(v),
+        "count": lambda: type(v) is int and v >= 1, "int": lambda: type(v) is int and v >= 0,
+        "strs": lambda: _strs(v),
+        "phases": lambda: isinstance(v, list) and all(
+            isinstance(p, list) and len(p) == 2 and _strs(p) for p in v),
+        "cells": lambda: isinstance(v, list) and all(_table(c, _CELL) for c in v)}
+    return bool(checks[kind]())
+
+
+def _table(doc: Any, kinds: dict[str, str], where: str = "", *,
+           needed: tuple[str, ...] | None = None) -> bool:
+    """True when DOC holds KINDS' keys (all of them, or at least NEEDED), each of its kind;
+    with WHERE, ValueError naming the first bad field instead of False."""
+    need = set(kinds) if needed is None else set(needed)
+    if not isinstance(doc, dict) or not need <= set(doc) <= set(kinds):
+        if where:
+            _need(False, where, doc, f"not a table of {', '.join(kinds)}")
+        return False
+    for key, kind in kinds.items():
+        if key in doc and not _fits(doc[key], kind):
+            if where:
+                _need(False, f"{where}.{key}", doc[key], "not a valid value")
+            return False
+    return True
+
+
+def _check_run(doc: Any) -> None:
+    kinds = {"rung": "rung", "reps": "count", "boot": "boot", "score": "score",
+             "error": "str?", "measure_s": "seconds"}
+    _need(isinstance(doc, dict) and set(doc) == set(kinds), "runs[]", doc,
+          f"not a table of exactly {', '.join(kinds)}")
+    _need(type(doc["rung"]) is int and doc["rung"] >= 0, "runs[].rung", doc["rung"],
+          "not an integer >= 0")
+    _need(_fits(doc["reps"], "count"), "runs[].reps", doc["reps"], "not an integer >= 1")
+    _need(_fits(doc["error"], "str?"), "runs[].error", doc["error"], "not a string or null")
+    _need(_is_num(doc["measure_s"]), "runs[].measure_s", doc["measure_s"],
+          "not a finite number of seconds >= 0")
+    _table(doc["boot"], _BOOT, "runs[].boot", needed=("ok", "boot_s"))
+    if doc["score"] is not None:
+        _table(doc["score"], _SCORE, "runs[].score")
 
 
 def save(state: TuneState, path: Path) -> None:
@@ -109,13 +216,20 @@ def save(state: TuneState, path: Path) -> None:
 
 
 def load(path: Path) -> TuneState | None:
-    """The saved state, None when there is none; ValueError (one line) for a broken file."""
+    """The saved state, None when there is none; ValueError (one line naming the file and the
+    bad field) for a file that cannot be read or is not a well-formed state."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"{path}: not a readable tune state file ({why})") from None
     try:
-        return TuneState.from_json(json.loads(text))
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ValueError(f"a JSON {type(doc).__name__}, not a table")
+        return TuneState.from_json(doc)
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a tune state file ({type(exc).__name__}: {exc})"
                          ) from None
