@@ -159,7 +159,7 @@ def report_md(summary: Summary, state: TuneState, candidates: Mapping[str, Candi
            f"({summary.price_source}); constraints: {summary.limits.words()}"),
            (f"- search: successive halving (eta {halving.ETA}) stage by stage "
            f"({', '.join(st.name for st in STAGES)}), {len(candidates)} candidates, "
-           f"{len(refused)} refused by the settings or the planner; "
+           f"{len(refused)} refused by the settings, the planner or the workload; "
            f"{sum(len(v) for v in state.runs.values())} boots"),
            (f"- node time: estimated {summary.estimate['hours']:.2f} h "
            f"(${summary.estimate['usd']:.2f}; derived: {summary.estimate['boots']:.0f} boots, "
