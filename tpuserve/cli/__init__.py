@@ -23,8 +23,12 @@ from typing import TYPE_CHECKING, NamedTuple
 # A user who wants one sets PYDANTIC_DISABLE_PLUGINS themselves; setdefault keeps their value.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-import typer
-from typer.core import TyperCommand, TyperGroup
+from tpuserve.cli import plugin_loader
+
+plugin_loader.install()  # ... nor imports the loader that would find none (plugin_loader.py)
+
+import typer  # noqa: E402
+from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 if TYPE_CHECKING:
     # typer runs on its own copy of click (typer._click): importing the click package as well
