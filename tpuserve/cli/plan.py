@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,7 +21,6 @@ from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_thr
 from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.planner.throughput import PlanThroughput, bench_reference, plan_throughput
-from tpuserve.planner.tuned import Tuned, tuned_for
 from tpuserve.prices import sources_line
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
@@ -29,6 +28,9 @@ from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
 from tpuserve.settings.model_inputs import plan_sources
 
 from .common import JsonOpt, command, console, emit_json, err_console
+
+if TYPE_CHECKING:
+    from tpuserve.planner.tuned import Tuned
 
 _FILE = {"exists": True, "dir_okay": False, "readable": True, "show_default": False}
 
@@ -163,9 +165,9 @@ def plan(
     tput = plan_throughput(d, table, _bench_label(throughput))
     # The user's own tune measurement of this very config (image digest and flags), used in
     # place of what it measured: cells (unless --throughput gives a bench) and a boot.
-    tuned, tuned_line = tuned_for(d)
+    tuned, tuned_line = _tuned(d)
     if tuned is not None and table is not None:
-        tuned = Tuned(tuned.profile, replace(tuned.measured, cells=()))
+        tuned = type(tuned)(tuned.profile, replace(tuned.measured, cells=()))
         tuned_line = tuned.source()
     result = plan_for(d, throughput=tput.table if tuned is None else tuned.table(tput.table),
                       **({} if tuned is None or tuned.boot_kind is None else
@@ -236,6 +238,16 @@ def plan(
         f"SPEC 4) ${dormant.storage_usd_per_month:.4f}; list prices, not measured. Staged "
         f"weights (the fleet) add ${dormant_base(weights_staged=True).storage_usd_per_month:.2f}"
         ".", markup=False, soft_wrap=True)
+
+
+def _tuned(d: Deployment) -> tuple[Tuned | None, str | None]:
+    """planner/tuned.py's tuned_for. With no capacity.profiles_dir there is no profile to read
+    (learned_profiles._of_pair): none, and the profile readers stay unimported (bench/cli)."""
+    if d.capacity.profiles_dir_path is None:
+        return None, None
+    from tpuserve.planner.tuned import tuned_for
+
+    return tuned_for(d)
 
 
 def _bench_label(path: Path | None) -> str:
