@@ -65,9 +65,10 @@ def _stack_deployment(stack: str | None, vllm: dict[str, Any],
         raise OpsError(f"--stack {stack!r}: not in the configuration (configured: {configured})",
                        exit_code=EXIT_USAGE)
     over = {k: v for k, v in (("vllm", vllm), ("capacity", capacity)) if v}
-    # Validate only this stack: another stack's problem is not this command's business.
+    # Validate only this stack: another stack's problem is not this command's business. Its
+    # warnings: plan words them itself (all_warnings below), so the loader need not as well.
     only = {**raw, "stacks": {stack: deep_merge(stacks[stack], over)}}
-    return from_raw(only).deployments[stack]
+    return from_raw(only, warnings=False).deployments[stack]
 
 
 def _check_model_config(path: Path) -> None:

@@ -49,8 +49,9 @@ def load(environ: Mapping[str, str] | None = None, *, path: Path = DEFAULT_CONFI
     return from_raw(load_raw(path, environ=environ))
 
 
-def from_raw(raw: Mapping[str, Any]) -> Loaded:
-    """Validate and capacity-check a raw config; raise ConfigError with every problem."""
+def from_raw(raw: Mapping[str, Any], *, warnings: bool = True) -> Loaded:
+    """Validate and capacity-check a raw config; raise ConfigError with every problem.
+    `warnings=False`: Loaded.warnings stays empty, for a caller that words its own (plan)."""
     deployments, problems = validate(raw)
     for name, d in deployments.items():
         problems.extend(f"[{name}] {p}" for p in capacity_problems(d) + _learned_problems(d))
@@ -60,9 +61,9 @@ def from_raw(raw: Mapping[str, Any]) -> Loaded:
         problems.extend(base_problems)
     if problems:
         raise ConfigError(merge_stacks(problems))
-    warnings = [f"[{name}] {w}" for name, d in deployments.items()
-                for w in not_applicable(raw, d) + all_warnings(d)]
-    return Loaded(deployments, warnings, base)
+    said = [f"[{name}] {w}" for name, d in deployments.items()
+            for w in not_applicable(raw, d) + all_warnings(d)] if warnings else []
+    return Loaded(deployments, said, base)
 
 
 def switched_off(raw: Mapping[str, Any]) -> tuple[str, ...]:
