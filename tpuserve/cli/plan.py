@@ -4,7 +4,8 @@ Overrides go through the config's own validators, so `--gpu-memory-utilization 0
 refused with the same measured rule as synth would give, one line per problem.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would evaluate each option's annotation from
+# its string on every run (bench/cli).
 
 import math
 from collections.abc import Mapping
@@ -241,7 +242,7 @@ def plan(
         ".", markup=False, soft_wrap=True)
 
 
-def _tuned(d: Deployment) -> tuple[Tuned | None, str | None]:
+def _tuned(d: Deployment) -> tuple["Tuned | None", str | None]:
     """planner/tuned.py's tuned_for. With no capacity.profiles_dir there is no profile to read
     (learned_profiles._of_pair): none, and the profile readers stay unimported (bench/cli)."""
     if d.capacity.profiles_dir_path is None:
@@ -266,7 +267,7 @@ def _throughput_labels(tput: PlanThroughput) -> dict[str, str]:
                              "computed from it")}
 
 
-def _tuned_labels(tuned: Tuned | None, result: Any) -> dict[str, str]:
+def _tuned_labels(tuned: "Tuned | None", result: Any) -> dict[str, str]:
     """The rows the tune measurement fills, marked `m` in the $/M and rebuild tables."""
     if tuned is None:
         return {}
