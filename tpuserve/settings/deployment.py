@@ -52,19 +52,21 @@ class Deployment(StrictModel):
 
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,11}$")]
     gcp: GcpSettings
-    tpu: TpuSettings = Field(default_factory=TpuSettings)
-    vllm: VllmSettings = Field(default_factory=VllmSettings)
-    access: AccessSettings = Field(default_factory=AccessSettings)
-    pricing: PricingSettings = Field(default_factory=PricingSettings)
-    cache: CacheSettings = Field(default_factory=CacheSettings)
-    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
-    state: StateSettings = Field(default_factory=StateSettings)
-    tune: TuneSettings = Field(default_factory=TuneSettings)  # `tpuserve tune` only
+    # Each absent section is its model's defaults. A lambda, not the class: pydantic reads a
+    # default factory's signature, and a model's is built field by field (start-up: bench/cli).
+    tpu: TpuSettings = Field(default_factory=lambda: TpuSettings())
+    vllm: VllmSettings = Field(default_factory=lambda: VllmSettings())
+    access: AccessSettings = Field(default_factory=lambda: AccessSettings())
+    pricing: PricingSettings = Field(default_factory=lambda: PricingSettings())
+    cache: CacheSettings = Field(default_factory=lambda: CacheSettings())
+    capacity: CapacitySettings = Field(default_factory=lambda: CapacitySettings())
+    state: StateSettings = Field(default_factory=lambda: StateSettings())
+    tune: TuneSettings = Field(default_factory=lambda: TuneSettings())  # `tpuserve tune` only
     # Validated in every stack (the top-level [fleet] fails alike everywhere), kept only by a
     # kind on GKE: None in the others (_fleet_section_is_the_fleets).
-    fleet: FleetSettings | None = Field(default_factory=FleetSettings)
+    fleet: FleetSettings | None = Field(default_factory=lambda: FleetSettings())
     # The deployment's (the base holds it); every stack must agree on it (stacks/monitoring.py).
-    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+    monitoring: MonitoringSettings = Field(default_factory=lambda: MonitoringSettings())
     # Its kind's own settings (settings/stack.py): a discriminated union on provisioning_model.
     stack: SerializeAsAny[StackSettings]
 

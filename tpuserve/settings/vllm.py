@@ -86,7 +86,7 @@ class VllmSettings(StrictModel):
         dict[str, Any] | None, Flag("--speculative-config")
     ] = None
     shm_size: str = "10gb"
-    env: TpuInferenceEnv = Field(default_factory=TpuInferenceEnv)
+    env: TpuInferenceEnv = Field(default_factory=lambda: TpuInferenceEnv())  # see Deployment
 
     @model_validator(mode="before")
     @classmethod
