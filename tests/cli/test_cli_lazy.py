@@ -41,6 +41,8 @@ def test_plan_imports_no_network_library() -> None:
     assert not {m for m in modules
                 for h in ("httpx", "aiohttp", "google.cloud", "matplotlib", "rich", "requests")
                 if m == h or m.startswith(h + ".")}
+    # The default config names no capacity.profiles_dir: no tuned profile to read.
+    assert not modules & {"tpuserve.settings.learned_profiles", "tpuserve.planner.tuned"}
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

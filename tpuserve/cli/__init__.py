@@ -16,16 +16,24 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 # pydantic looks for plugins by scanning every installed distribution's entry points the first
 # time a model is built: ~25 ms of `plan`'s start-up, for plugins this CLI never uses.
 # A user who wants one sets PYDANTIC_DISABLE_PLUGINS themselves; setdefault keeps their value.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-import click
-import typer
-from typer.core import TyperGroup
+from tpuserve.cli import plugin_loader
+
+plugin_loader.install()  # ... nor imports the loader that would find none (plugin_loader.py)
+
+import typer  # noqa: E402
+from typer.core import TyperCommand, TyperGroup  # noqa: E402
+
+if TYPE_CHECKING:
+    # typer runs on its own copy of click (typer._click): importing the click package as well
+    # would load a second one on every start that nothing here runs on.
+    from typer._click import Command, Context
 
 
 class _Entry(NamedTuple):
@@ -61,7 +69,7 @@ COMMANDS: dict[str, _Entry] = {
 }
 
 
-def load_command(name: str) -> click.Command:
+def load_command(name: str) -> Command:
     """Import one command's module and build its click command (what running it needs)."""
     sub = typer.Typer(add_completion=False, rich_markup_mode="markdown")
     importlib.import_module(f"{__name__}.{COMMANDS[name].module}").register(sub)
@@ -74,19 +82,19 @@ class LazyGroup(TyperGroup):
     """Lists COMMANDS from their summaries; imports a command only to run it (or show its
     own --help)."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name in self.commands:
             return self.commands[cmd_name]
         entry = COMMANDS.get(cmd_name)
         # The listing in --help: a stand-in that carries the summary and never runs.
-        return None if entry is None else click.Command(cmd_name, help=entry.summary)
+        return None if entry is None else TyperCommand(cmd_name, help=entry.summary)
 
     def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
+        self, ctx: Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
         if args and args[0] in COMMANDS and args[0] not in self.commands:
             self.commands[args[0]] = load_command(args[0])
         return super().resolve_command(ctx, args)

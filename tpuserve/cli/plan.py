@@ -4,13 +4,14 @@ Overrides go through the config's own validators, so `--gpu-memory-utilization 0
 refused with the same measured rule as synth would give, one line per problem.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would evaluate each option's annotation from
+# its string on every run (bench/cli).
 
 import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,7 +22,6 @@ from tpuserve.planner.arithmetic import ThroughputTable, load_geometry, load_thr
 from tpuserve.planner.base_cost import dormant_base
 from tpuserve.planner.geometry import GeometryError
 from tpuserve.planner.throughput import PlanThroughput, bench_reference, plan_throughput
-from tpuserve.planner.tuned import Tuned, tuned_for
 from tpuserve.prices import sources_line
 from tpuserve.settings import ConfigError, Deployment, from_raw, load_raw
 from tpuserve.settings.capacity import plan_for
@@ -29,6 +29,9 @@ from tpuserve.settings.loader import all_warnings, deep_merge, switched_off
 from tpuserve.settings.model_inputs import plan_sources
 
 from .common import JsonOpt, command, console, emit_json, err_console
+
+if TYPE_CHECKING:
+    from tpuserve.planner.tuned import Tuned
 
 _FILE = {"exists": True, "dir_okay": False, "readable": True, "show_default": False}
 
@@ -63,9 +66,10 @@ def _stack_deployment(stack: str | None, vllm: dict[str, Any],
         raise OpsError(f"--stack {stack!r}: not in the configuration (configured: {configured})",
                        exit_code=EXIT_USAGE)
     over = {k: v for k, v in (("vllm", vllm), ("capacity", capacity)) if v}
-    # Validate only this stack: another stack's problem is not this command's business.
+    # Validate only this stack: another stack's problem is not this command's business. Its
+    # warnings: plan words them itself (all_warnings below), so the loader need not as well.
     only = {**raw, "stacks": {stack: deep_merge(stacks[stack], over)}}
-    return from_raw(only).deployments[stack]
+    return from_raw(only, warnings=False).deployments[stack]
 
 
 def _check_model_config(path: Path) -> None:
@@ -163,9 +167,9 @@ def plan(
     tput = plan_throughput(d, table, _bench_label(throughput))
     # The user's own tune measurement of this very config (image digest and flags), used in
     # place of what it measured: cells (unless --throughput gives a bench) and a boot.
-    tuned, tuned_line = tuned_for(d)
+    tuned, tuned_line = _tuned(d)
     if tuned is not None and table is not None:
-        tuned = Tuned(tuned.profile, replace(tuned.measured, cells=()))
+        tuned = type(tuned)(tuned.profile, replace(tuned.measured, cells=()))
         tuned_line = tuned.source()
     result = plan_for(d, throughput=tput.table if tuned is None else tuned.table(tput.table),
                       **({} if tuned is None or tuned.boot_kind is None else
@@ -238,6 +242,16 @@ def plan(
         ".", markup=False, soft_wrap=True)
 
 
+def _tuned(d: Deployment) -> tuple["Tuned | None", str | None]:
+    """planner/tuned.py's tuned_for. With no capacity.profiles_dir there is no profile to read
+    (learned_profiles._of_pair): none, and the profile readers stay unimported (bench/cli)."""
+    if d.capacity.profiles_dir_path is None:
+        return None, None
+    from tpuserve.planner.tuned import tuned_for
+
+    return tuned_for(d)
+
+
 def _bench_label(path: Path | None) -> str:
     return "--throughput" if path is None else f"--throughput {str(path)!r}"
 
@@ -253,7 +267,7 @@ def _throughput_labels(tput: PlanThroughput) -> dict[str, str]:
                              "computed from it")}
 
 
-def _tuned_labels(tuned: Tuned | None, result: Any) -> dict[str, str]:
+def _tuned_labels(tuned: "Tuned | None", result: Any) -> dict[str, str]:
     """The rows the tune measurement fills, marked `m` in the $/M and rebuild tables."""
     if tuned is None:
         return {}

@@ -24,6 +24,7 @@ Throughput table JSON (written by the `bench` command, read by `load_throughput`
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -176,8 +177,10 @@ class ModelGeometry:
         # SPEC 5: only layers 0 .. L - num_kv_shared - 1 own a KV cache.
         return self.num_hidden_layers - self.num_kv_shared_layers
 
-    @property
+    @functools.cached_property
     def layers(self) -> tuple[LayerSpec, ...]:
+        # Built once per geometry (frozen: the same every time), not on every read: one plan
+        # reads it for each of its figures.
         return tuple(self._layer(i) for i in range(self.num_hidden_layers))
 
     def _layer(self, i: int) -> LayerSpec:

@@ -11,7 +11,8 @@ hidden 16,384, intermediate 53,248, 128 heads, head_dim 512, vocab 262,144), so 
 nonsense without refusing a real model.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of pydantic models: pydantic would
+# evaluate every field's annotation from its string on each start (bench/cli).
 
 import json
 from pathlib import Path
@@ -90,7 +91,7 @@ class TextConfig(BaseModel):
     max_position_embeddings: Annotated[int, Field(ge=1, le=MAX_WINDOW)] | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> TextConfig:
+    def _consistent(self) -> "TextConfig":
         n = self.num_hidden_layers
         problems: list[str] = []
         if self.layer_types is not None and len(self.layer_types) != n:

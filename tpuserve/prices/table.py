@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -244,6 +243,8 @@ def write_catalog(path: Path, prices: Iterable[tuple[Key, float, str]], *, read_
             "read_at": read_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "source": "Cloud Billing Catalog API v1 services.skus.list",
             "services": list(services), "skipped_skus": skipped, "prices": entries}
+    import tempfile  # only a refresh writes: not on every read of a price (start-up time)
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".prices.", suffix=".tmp", dir=path.parent)
     try:

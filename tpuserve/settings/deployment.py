@@ -1,6 +1,7 @@
 """One stack of one deployment: every section validated together, and the names derived from it."""
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of pydantic models: pydantic would
+# evaluate every field's annotation from its string on each start (bench/cli).
 
 import ipaddress
 import re
@@ -51,19 +52,21 @@ class Deployment(StrictModel):
 
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,11}$")]
     gcp: GcpSettings
-    tpu: TpuSettings = Field(default_factory=TpuSettings)
-    vllm: VllmSettings = Field(default_factory=VllmSettings)
-    access: AccessSettings = Field(default_factory=AccessSettings)
-    pricing: PricingSettings = Field(default_factory=PricingSettings)
-    cache: CacheSettings = Field(default_factory=CacheSettings)
-    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
-    state: StateSettings = Field(default_factory=StateSettings)
-    tune: TuneSettings = Field(default_factory=TuneSettings)  # `tpuserve tune` only
+    # Each absent section is its model's defaults. A lambda, not the class: pydantic reads a
+    # default factory's signature, and a model's is built field by field (start-up: bench/cli).
+    tpu: TpuSettings = Field(default_factory=lambda: TpuSettings())
+    vllm: VllmSettings = Field(default_factory=lambda: VllmSettings())
+    access: AccessSettings = Field(default_factory=lambda: AccessSettings())
+    pricing: PricingSettings = Field(default_factory=lambda: PricingSettings())
+    cache: CacheSettings = Field(default_factory=lambda: CacheSettings())
+    capacity: CapacitySettings = Field(default_factory=lambda: CapacitySettings())
+    state: StateSettings = Field(default_factory=lambda: StateSettings())
+    tune: TuneSettings = Field(default_factory=lambda: TuneSettings())  # `tpuserve tune` only
     # Validated in every stack (the top-level [fleet] fails alike everywhere), kept only by a
     # kind on GKE: None in the others (_fleet_section_is_the_fleets).
-    fleet: FleetSettings | None = Field(default_factory=FleetSettings)
+    fleet: FleetSettings | None = Field(default_factory=lambda: FleetSettings())
     # The deployment's (the base holds it); every stack must agree on it (stacks/monitoring.py).
-    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+    monitoring: MonitoringSettings = Field(default_factory=lambda: MonitoringSettings())
     # Its kind's own settings (settings/stack.py): a discriminated union on provisioning_model.
     stack: SerializeAsAny[StackSettings]
 
@@ -73,7 +76,7 @@ class Deployment(StrictModel):
         return of_kind(v)
 
     @model_validator(mode="after")
-    def _fleet_is_its_own_kind(self) -> Deployment:
+    def _fleet_is_its_own_kind(self) -> "Deployment":
         # The stack named `fleet` runs on GKE; no other stack may, and it may run nothing else.
         for k in KINDS:
             if k.name_bound and (self.name == k.name) != (self.kind is k):
@@ -86,7 +89,7 @@ class Deployment(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _fleet_ranges_apart_from_the_subnet(self) -> Deployment:
+    def _fleet_ranges_apart_from_the_subnet(self) -> "Deployment":
         if not self.kind.on_gke:
             return self
         subnet = ipaddress.ip_network(self.gcp.subnet_cidr)
@@ -100,14 +103,14 @@ class Deployment(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _label_values(self) -> Deployment:
+    def _label_values(self) -> "Deployment":
         # Derived, but checked: a label value reaches Terraform and the TPU API.
         for key, value in self.labels.items():
             check(f"labels.{key} (derived from the config)", value, rules.LABEL_VALUE)
         return self
 
     @model_validator(mode="after")
-    def _vllm_of_the_slice(self) -> Deployment:
+    def _vllm_of_the_slice(self) -> "Deployment":
         # The accelerator derives TP and the memory ceiling, and refuses what cannot serve
         # (settings/accelerator_rules.py); the settings then hold what every stack renders.
         vllm = settled_vllm(self.vllm, self.tpu.accelerator, kind_title=self.kind.title,
@@ -116,7 +119,7 @@ class Deployment(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _zone_offers(self) -> Deployment:
+    def _zone_offers(self) -> "Deployment":
         # A zone measured (or documented) to refuse what the stack asks of it (tpuserve/
         # zones.py: a TPU VM's provisioning model, or each fleet node pool's) fails here,
         # before anything is deployed; an unknown one only warns.
@@ -136,7 +139,7 @@ class Deployment(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _price_file_reads(self) -> Deployment:
+    def _price_file_reads(self) -> "Deployment":
         # A price file that is named (or present at the default path) and malformed proves
         # nothing: refused here, one line, before anything is deployed; never skipped.
         if self.kind.on_gke and self.fleet is None:
@@ -154,7 +157,7 @@ class Deployment(StrictModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _fleet_section_is_the_fleets(cls, data: object, handler: Any) -> Deployment:
+    def _fleet_section_is_the_fleets(cls, data: object, handler: Any) -> "Deployment":
         d: Deployment = handler(data)
         return d if d.kind.on_gke or d.fleet is None else d.model_copy(update={"fleet": None})
 

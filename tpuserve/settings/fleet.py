@@ -5,7 +5,8 @@ SPEC 4); they mean replicas of the measured one-chip server that GKE schedules, 
 load-balances. Every figure a rule cites is SPEC's.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of pydantic models: pydantic would
+# evaluate every field's annotation from its string on each start (bench/cli).
 
 import ipaddress
 import re
@@ -156,7 +157,7 @@ class FleetSettings(StrictModel):
         return v
 
     @model_validator(mode="after")
-    def _bounds(self) -> FleetSettings:
+    def _bounds(self) -> "FleetSettings":
         if self.min_replicas > self.max_replicas:
             raise ValueError(
                 f"fleet.min_replicas = {self.min_replicas}: must be <= fleet.max_replicas "

@@ -27,7 +27,6 @@ from tpuserve.settings.base import ConfigError
 from tpuserve.settings.base_stack import BASE_STACK, Base
 from tpuserve.settings.capacity import capacity_problems, capacity_warnings
 from tpuserve.settings.deployment import Deployment
-from tpuserve.settings.learned_profiles import learned_notes, learned_problems
 from tpuserve.settings.measured_rules import rule_context
 from tpuserve.settings.price_warnings import cheaper_elsewhere
 from tpuserve.settings.sections import CacheSettings, GcpSettings, StateSettings
@@ -50,20 +49,21 @@ def load(environ: Mapping[str, str] | None = None, *, path: Path = DEFAULT_CONFI
     return from_raw(load_raw(path, environ=environ))
 
 
-def from_raw(raw: Mapping[str, Any]) -> Loaded:
-    """Validate and capacity-check a raw config; raise ConfigError with every problem."""
+def from_raw(raw: Mapping[str, Any], *, warnings: bool = True) -> Loaded:
+    """Validate and capacity-check a raw config; raise ConfigError with every problem.
+    `warnings=False`: Loaded.warnings stays empty, for a caller that words its own (plan)."""
     deployments, problems = validate(raw)
     for name, d in deployments.items():
-        problems.extend(f"[{name}] {p}" for p in capacity_problems(d) + learned_problems(d))
+        problems.extend(f"[{name}] {p}" for p in capacity_problems(d) + _learned_problems(d))
     base = None
     if not problems and (deployments or switched_off(raw)):  # all off: the base stays
         base, base_problems = base_of(raw, deployments)
         problems.extend(base_problems)
     if problems:
         raise ConfigError(merge_stacks(problems))
-    warnings = [f"[{name}] {w}" for name, d in deployments.items()
-                for w in not_applicable(raw, d) + all_warnings(d)]
-    return Loaded(deployments, warnings, base)
+    said = [f"[{name}] {w}" for name, d in deployments.items()
+            for w in not_applicable(raw, d) + all_warnings(d)] if warnings else []
+    return Loaded(deployments, said, base)
 
 
 def switched_off(raw: Mapping[str, Any]) -> tuple[str, ...]:
@@ -132,7 +132,25 @@ def all_warnings(d: Deployment) -> list[str]:
     cheaper region for its accelerator and provisioning model; a tuned profile its image does
     not pin)."""
     return deployment_warnings(d) + capacity_warnings(d) + cheaper_elsewhere(d) + \
-        learned_notes(d)
+        _learned_notes(d)
+
+
+# With no capacity.profiles_dir there is no profile to read (learned_profiles._of_pair): no
+# problem and no note, and its readers stay unimported (start-up time: bench/cli).
+def _learned_problems(d: Deployment) -> list[str]:
+    if d.capacity.profiles_dir_path is None:
+        return []
+    from tpuserve.settings.learned_profiles import learned_problems
+
+    return learned_problems(d)
+
+
+def _learned_notes(d: Deployment) -> list[str]:
+    if d.capacity.profiles_dir_path is None:
+        return []
+    from tpuserve.settings.learned_profiles import learned_notes
+
+    return learned_notes(d)
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

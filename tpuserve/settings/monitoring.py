@@ -6,7 +6,8 @@ So [monitoring] is the deployment's, like [gcp]: every stack must agree on it (a
 table that changes it is refused at synth).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of pydantic models: pydantic would
+# evaluate every field's annotation from its string on each start (bench/cli).
 
 import math
 

@@ -8,7 +8,8 @@ duration, only a guarded VM a billing-guard limit. A key the user wrote that doe
 kept in `ignored`, which the loader turns into a synth warning naming it (never an error).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of pydantic models: pydantic would
+# evaluate every field's annotation from its string on each start (bench/cli).
 
 from typing import Annotated
 

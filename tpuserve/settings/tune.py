@@ -7,7 +7,8 @@ the stack is dropped with its reason, never tried. The constraint keys bound eve
 cell; the command's options of the same names win over them.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of pydantic models: pydantic would
+# evaluate every field's annotation from its string on each start (bench/cli).
 
 from typing import Annotated, Any, Literal
 

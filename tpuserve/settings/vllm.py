@@ -1,7 +1,8 @@
 """[vllm] and [vllm.env]: the `vllm serve` flags and tpu-inference variables; every measured rule
 of SPEC 4 (settings/measured_rules.py) is enforced by the validators here."""
 
-from __future__ import annotations
+# No `from __future__ import annotations` in a module of pydantic models: pydantic would
+# evaluate every field's annotation from its string on each start (bench/cli).
 
 from typing import Annotated, Any, Literal
 
@@ -85,7 +86,7 @@ class VllmSettings(StrictModel):
         dict[str, Any] | None, Flag("--speculative-config")
     ] = None
     shm_size: str = "10gb"
-    env: TpuInferenceEnv = Field(default_factory=TpuInferenceEnv)
+    env: TpuInferenceEnv = Field(default_factory=lambda: TpuInferenceEnv())  # see Deployment
 
     @model_validator(mode="before")
     @classmethod
