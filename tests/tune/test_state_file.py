@@ -22,7 +22,7 @@ def _saved(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
                    node_on="a", last_good="a", spent_s=340.0, terraform_sha256="0" * 64)
     path = tmp_path / "state.json"
     state_file.save(st, path)
-    doc = {**json.loads(path.read_text()), "usd_per_hour": 0.6,
+    doc = {**json.loads(path.read_text()), "price_usd_per_hour": 0.6,
            "price_source": "[pricing] flex x 1 chip(s)"}
     path.write_text(json.dumps(doc))
     return path, doc
@@ -49,7 +49,7 @@ def test_a_saved_state_reads_back_whole(tmp_path: Path) -> None:
     ("node_on", None, "node_on = null"),
     ("runs", [], "runs = []"),
     ("runs", {"a": [{}]}, "runs[] = {}"),
-    ("usd_per_hour", 0, "usd_per_hour = 0"),
+    ("price_usd_per_hour", 0, "price_usd_per_hour = 0"),
 ])
 def test_a_bad_field_is_refused_naming_the_file_and_the_field(
         tmp_path: Path, key: str, value: Any, said: str) -> None:

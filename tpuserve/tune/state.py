@@ -19,6 +19,8 @@ from tpuserve.tune.score import Score
 VERSION = 2
 # Version 1 had no terraform_sha256: still read (status and review show its drift), but a
 # search it saved is not resumed (tune/session.py: the end's target could not be proven).
+# The price the runs' $/M were taken at (named apart from the Terraform output usd_per_hour).
+PRICE_KEY = "price_usd_per_hour"
 READABLE = frozenset({1, VERSION})
 TERRAFORM = "terraform"  # the node runs the script Terraform's state holds
 
@@ -81,7 +83,7 @@ class TuneState:
                 "spent_s": self.spent_s, "done": self.done,
                 "node_on_sha256": self.node_on_sha256, "overlay": self.overlay,
                 "terraform_sha256": self.terraform_sha256,
-                "usd_per_hour": self.usd_per_hour, "price_source": self.price_source}
+                PRICE_KEY: self.usd_per_hour, "price_source": self.price_source}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TuneState:
@@ -94,7 +96,7 @@ class TuneState:
                    {k: [Run.from_json(r) for r in v] for k, v in doc["runs"].items()},
                    doc["node_on"], doc["settled"], doc["last_good"], float(doc["spent_s"]),
                    doc["done"], doc.get("node_on_sha256"), doc.get("overlay"),
-                   doc.get("terraform_sha256"), doc.get("usd_per_hour"),
+                   doc.get("terraform_sha256"), doc.get(PRICE_KEY),
                    doc.get("price_source"))
 
 
@@ -133,8 +135,8 @@ def _check_state(doc: dict[str, Any]) -> None:
     _need(sha is None or (isinstance(sha, str) and len(sha) == 64
                           and all(ch in "0123456789abcdef" for ch in sha)),
           "terraform_sha256", sha, "is not a sha256")
-    price = doc.get("usd_per_hour")
-    _need(price is None or (_is_num(price) and price > 0), "usd_per_hour", price,
+    price = doc.get(PRICE_KEY)
+    _need(price is None or (_is_num(price) and price > 0), PRICE_KEY, price,
           "not a finite price > 0")
     runs = doc.get("runs")
     _need(isinstance(runs, dict) and all(isinstance(v, list) for v in runs.values()), "runs",
