@@ -16,31 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.cli_support import app, assert_one_line_error, invoke
-from tests.tune.toy_node import ToyNode, base_values
+from tests.tune.cli_setup import git_repo, toy_cli
 from tpuserve.settings import load
-from tpuserve.tune.candidates import sets_for
-
-TUNE = """
-[tune]
-max_num_batched_tokens = [4096, 8192]
-max_num_seqs = ["unset"]
-max_model_len = [32768]
-VLLM_TPU_BUCKET_PADDING_GAP = [0]
-NUM_PRECOMPILE_WORKERS = [1, 4]
-gpu_memory_utilization = [0.92, 0.93]
-"""
 
 
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    cfg = tmp_path / "mine.toml"
-    cfg.write_text(TUNE)
-    env = {"TPUSERVE_CONFIG": str(cfg)}
-    d = load(environ=env).deployments["flex"]
-    box: dict[str, Any] = {"node": ToyNode(2, sets_for(d), base_values(d))}
-    monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda *_a: box["node"])
-    monkeypatch.chdir(tmp_path)
-    return {"env": env, "cfg": cfg, "box": box, "tmp": tmp_path}
+    return toy_cli(tmp_path, monkeypatch)
 
 
 def _tune(setup: dict[str, Any], *args: str, env: dict[str, str] | None = None) -> Any:
@@ -151,16 +133,7 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    origin, work = tmp_path / "origin.git", tmp_path / "repo"
-    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-    for k, v in (("user.name", "t"), ("user.email", "t@example.invalid")):
-        _git(work, "config", k, v)
-    (work / "README").write_text("x\n")
-    _git(work, "add", "README")
-    _git(work, "commit", "-qm", "init")
-    _git(work, "remote", "add", "origin", str(origin))
-    return work
+    return git_repo(tmp_path)
 
 
 def test_pr_commits_on_a_branch_and_opens_it_with_gh(setup: dict[str, Any], repo: Path) -> None:

@@ -14,31 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.cli_support import app, assert_one_line_error, invoke
-from tests.tune.toy_node import ToyNode, base_values
-from tpuserve.settings import load
-from tpuserve.tune.candidates import sets_for
-
-TUNE = """
-[tune]
-max_num_batched_tokens = [4096, 8192]
-max_num_seqs = ["unset"]
-max_model_len = [32768]
-VLLM_TPU_BUCKET_PADDING_GAP = [0]
-NUM_PRECOMPILE_WORKERS = [1, 4]
-gpu_memory_utilization = [0.92, 0.93]
-"""
+from tests.tune.cli_setup import TUNE, toy_cli
 
 
 def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str = TUNE) -> dict[str, Any]:
-    cfg = tmp_path / "mine.toml"
-    cfg.write_text(text)
-    env = {"TPUSERVE_CONFIG": str(cfg)}
-    d = load(environ=env).deployments["flex"]
-    box: dict[str, Any] = {"node": ToyNode(2, sets_for(d), base_values(d))}
-    monkeypatch.setattr("tpuserve.cli.tune.node_for", lambda *_a: box["node"])
-    monkeypatch.chdir(tmp_path)
-    return {"env": env, "cfg": cfg, "node": box["node"], "tmp": tmp_path,
-            "state": tmp_path / ".tpuserve" / "tune-flex.json"}
+    return toy_cli(tmp_path, monkeypatch, text)
 
 
 @pytest.fixture

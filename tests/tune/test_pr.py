@@ -5,13 +5,13 @@ A fake `gh`; pushes go only to a local bare repository."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cli_support import assert_one_line_error, invoke
+from tests.tune.cli_setup import git, git_repo
 from tests.tune.toy_node import ToyNode, base_values
 from tpuserve.settings import load
 from tpuserve.tune.candidates import sets_for
@@ -27,22 +27,9 @@ gpu_memory_utilization = [0.93]
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    origin, work = tmp_path / "origin.git", tmp_path / "repo"
-    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-    for k, v in (("user.name", "t"), ("user.email", "t@example.invalid")):
-        _git(work, "config", k, v)
-    (work / "README").write_text("x\n")
-    _git(work, "add", "README")
-    _git(work, "commit", "-qm", "init")
-    _git(work, "remote", "add", "origin", str(origin))
+    work = git_repo(tmp_path)
     cfg = tmp_path / "mine.toml"
     cfg.write_text(TUNE)
     env = {"TPUSERVE_CONFIG": str(cfg)}
@@ -69,10 +56,10 @@ def test_pr_from_a_subdirectory_commits_the_overlay_by_its_path_in_the_repo(
         repo: dict[str, Any]) -> None:
     r = _tune(repo)
     assert r.exit_code == 0, r.stderr
-    branch = next(b.strip() for b in _git(repo["work"], "branch", "--list").splitlines()
+    branch = next(b.strip() for b in git(repo["work"], "branch", "--list").splitlines()
                   if "tune-flex-" in b)
-    assert "sub/o.toml" in _git(repo["work"], "show", "--name-only", "--format=", branch)
-    assert _git(repo["work"], "branch", "--show-current").strip() == "main"
+    assert "sub/o.toml" in git(repo["work"], "show", "--name-only", "--format=", branch)
+    assert git(repo["work"], "branch", "--show-current").strip() == "main"
 
 
 def test_a_failed_commit_switches_the_repository_back(repo: dict[str, Any]) -> None:
@@ -83,4 +70,4 @@ def test_a_failed_commit_switches_the_repository_back(repo: dict[str, Any]) -> N
     assert r.exit_code == 1, r.stderr
     assert_one_line_error(r, "git commit", "refused by the hook",
                           "switched the repository back to main")
-    assert _git(repo["work"], "branch", "--show-current").strip() == "main"
+    assert git(repo["work"], "branch", "--show-current").strip() == "main"
