@@ -4,7 +4,7 @@ boot that puts Terraform's script back at the end, at the stack's price.
 
 Boots: the plan's nominal stages (tune/plan.py: shape), without the step-downs and the
 memory-up stage, whose boots depend on what fails and what wins (the words say so; the budget
-bounds them). A candidate's first boot is cold (857 s, SPEC 4: its programs are new to the compile
+stops them). A candidate's first boot is cold (857 s, SPEC 4: its programs are new to the compile
 cache), a later rung's boot of the same candidate and the final return to Terraform's script
 (booted before the search) are warm (497 s, SPEC 4, the cache mounted).
 

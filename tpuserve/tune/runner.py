@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from tpuserve.tune import plan
@@ -101,33 +101,32 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def _stops_as_ctrl_c() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt for the run's length, as SIGINT does."""
+def _handled(signals: tuple[signal.Signals, ...], handler: Callable[..., object],
+             ) -> Iterator[None]:
+    """HANDLER for SIGNALS while the block runs, the old handlers back after it (only the main
+    thread can set them; elsewhere the block runs as is)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS[1:]}
+    old = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for sig, was in old.items():
+            signal.signal(sig, was)
+
+
+def _stops_as_ctrl_c() -> AbstractContextManager[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt for the run's length, as SIGINT does."""
+    return _handled(STOP_SIGNALS[1:], _interrupt)
 
 
 @contextmanager
 def _deferred_sigint() -> Iterator[None]:
     """A Ctrl-C (or SIGTERM, SIGHUP) while the node is being put back waits until it is back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     caught: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-           for sig in STOP_SIGNALS}
-    try:
+    with _handled(STOP_SIGNALS, lambda signum, frame: caught.append(signum)):
         yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
     if caught:
         raise KeyboardInterrupt
 
@@ -173,9 +172,7 @@ class Tuner:
                 if (why := self.budget.stop_reason(s, self.usd_per_hour, reps)) is not None:
                     end = self._end()
                     return Outcome(BUDGET, plan.best(s), end, f"budget reached: {why}")
-                self._try(cid)
-                if s.pending[:1] == [cid]:  # a failed one is popped before it is put back
-                    s.pending.pop(0)
+                self._try(cid)  # pops CID from pending once its run is recorded
                 self.save()
             end = self._end()
             best = plan.best(s)
@@ -214,7 +211,10 @@ class Tuner:
         return self.state.node_on
 
     def _try(self, cid: str) -> None:
+        """Boot and measure CID, the head of pending; it leaves pending when its run (good or
+        failed) is recorded, so an interruption before that retries it on resume."""
         s, c = self.state, self.candidates[cid]
+        assert s.pending[:1] == [cid], (cid, s.pending[:1])
         reps = plan.reps(s, self.order, self.base_reps)
         self.log(f"rung {s.rung}: {cid} ({reps} reps)")
         s.node_on, s.settled = cid, False
@@ -235,14 +235,14 @@ class Tuner:
                     f"{s.last_good}") is not None:
                 s.last_good = TERRAFORM  # the budget affords one boot: the end's
             self.log(f"{cid} failed: {exc.reason}; returning the node to {s.last_good}")
-            if s.pending[:1] == [cid]:  # tried: a Ctrl-C while the node goes back keeps it so
-                s.pending.pop(0)
+            s.pending.pop(0)  # tried: a Ctrl-C while the node goes back does not retry it
             self.save()
             self._return_to_last_good()
             return
         run = Run(s.rung, reps, boot, score(m.cells, self.usd_per_hour, self.limits),
                   measure_s=m.duration_s)
         s.runs.setdefault(cid, []).append(run)
+        s.pending.pop(0)
         s.settled, s.last_good = True, cid
         assert run.score is not None
         self.log(f"{cid}: ${run.score.usd_per_m:.4f}/M, {run.score.tok_s:.1f} tok/s, boot "

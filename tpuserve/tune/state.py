@@ -186,10 +186,9 @@ def _table(doc: Any, kinds: dict[str, str], where: str = "", *,
 
 
 def _check_run(doc: Any) -> None:
-    kinds = {"rung": "rung", "reps": "count", "boot": "boot", "score": "score",
-             "error": "str?", "measure_s": "seconds"}
-    _need(isinstance(doc, dict) and set(doc) == set(kinds), "runs[]", doc,
-          f"not a table of exactly {', '.join(kinds)}")
+    keys = ("rung", "reps", "boot", "score", "error", "measure_s")
+    _need(isinstance(doc, dict) and set(doc) == set(keys), "runs[]", doc,
+          f"not a table of exactly {', '.join(keys)}")
     _need(type(doc["rung"]) is int and doc["rung"] >= 0, "runs[].rung", doc["rung"],
           "not an integer >= 0")
     _need(_fits(doc["reps"], "count"), "runs[].reps", doc["reps"], "not an integer >= 1")
