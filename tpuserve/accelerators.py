@@ -11,7 +11,7 @@ Pure data: imports only the measured facts' unit.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tpuserve.facts import GiB
 
@@ -23,8 +23,7 @@ GKE_TPU_PAGE = ("Google Kubernetes Engine docs, 'Plan TPUs in GKE' (machine type
                 f"gke-tpu-accelerator values), read {READ_ON}")
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     """One TPU generation: the per-chip facts every slice of it shares."""
 
     name: str  # prose: v5e, v6e
@@ -86,8 +85,7 @@ V6E = Family(
 FAMILIES: tuple[Family, ...] = (V5E, V6E)
 
 
-@dataclass(frozen=True)
-class Accelerator:
+class Accelerator(NamedTuple):
     """One single-host slice tpuserve serves on."""
 
     family: Family

@@ -18,11 +18,10 @@ import it on each call. A test fails when one of these names is spelled anywhere
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class EntryPoint:
+class EntryPoint(NamedTuple):
     """One program the stacks' Terraform (or a workflow) runs as `python -m MODULE COMMAND`."""
 
     module: str

@@ -17,9 +17,9 @@ import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 from tpuserve.kinds import KINDS, POOL_MODELS, Kind, by_model
 
@@ -30,8 +30,7 @@ class Offer(Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class ZoneFact:
+class ZoneFact(NamedTuple):
     """One verdict for one (accelerator type, provisioning model, zone), and where it is from."""
 
     state: Offer
@@ -198,8 +197,7 @@ def pool_zone_fact(accelerator_type: str, pool_model: str, zone: str) -> ZoneFac
     return POOL_ZONES.get((accelerator_type, pool_model), {}).get(zone, UNKNOWN)
 
 
-@dataclass(frozen=True)
-class StackZone:
+class StackZone(NamedTuple):
     """One capacity a stack asks of its zone: `what` in messages, the setting that asks for it
     (beside `[stacks.NAME] enabled`), its verdict, and the zones known to offer it."""
 

@@ -28,9 +28,9 @@ import functools
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpuserve import kinds
 from tpuserve.accelerators import V5E as ACCEL_V5E
@@ -82,8 +82,7 @@ _BLOCK_TABLE_ENTRY_BYTES = 4
 # --------------------------------------------------------------------------- geometry
 
 
-@dataclass(frozen=True)
-class LayerSpec:
+class LayerSpec(NamedTuple):
     """One decoder layer as the KV cache and the decode step see it."""
 
     index: int
@@ -237,8 +236,7 @@ def load_geometry(path: str | Path) -> ModelGeometry:
 # --------------------------------------------------------------------------- KV cache
 
 
-@dataclass(frozen=True)
-class KVGroup:
+class KVGroup(NamedTuple):
     """Cache-owning layers sharing one attention type and head dim."""
 
     attention: str
@@ -323,8 +321,7 @@ def sliding_window_kv_gain(
 # --------------------------------------------------------------------------- HBM budget
 
 
-@dataclass(frozen=True)
-class ChipSpec:
+class ChipSpec(NamedTuple):
     """One TPU slice; defaults are one v5e chip (SPEC 5)."""
 
     name: str = "v5e"
@@ -347,8 +344,7 @@ class ChipSpec:
 V5E = ChipSpec()
 
 
-@dataclass(frozen=True)
-class HbmBudget:
+class HbmBudget(NamedTuple):
     hbm_visible_bytes: int
     cap_bytes: int  # hbm_visible x gpu_memory_utilization: what vLLM may give weights + KV
     weights_bytes: int
@@ -425,8 +421,7 @@ def kv_wall_clients(blocks: int, block_size: int, context: int) -> int:
 # --------------------------------------------------------------------------- weights, decode
 
 
-@dataclass(frozen=True)
-class WeightsBreakdown:
+class WeightsBreakdown(NamedTuple):
     """What the text geometry explains of the measured resident weights, in bytes."""
 
     per_layer_embeddings: int  # SPEC 5: 4.38 GiB, gathered per token, not streamed
@@ -525,8 +520,7 @@ def break_even_preemption_hours(rebuild_s: float, spot_usd: float, flex_usd: flo
     return rebuild_cost_usd(spot_usd, rebuild_s) / premium
 
 
-@dataclass(frozen=True)
-class ThroughputCell:
+class ThroughputCell(NamedTuple):
     context: int
     clients: int
     output_tokens_per_s: float
@@ -625,16 +619,14 @@ def load_throughput(path: str | Path) -> ThroughputTable:
 # --------------------------------------------------------------------------- plan
 
 
-@dataclass(frozen=True)
-class ProvisioningCost:
+class ProvisioningCost(NamedTuple):
     model: str
     usd_per_hour: float
     usd_per_month: float
     usd_per_million_output_tokens: tuple[tuple[ThroughputCell, float], ...]
 
 
-@dataclass(frozen=True)
-class RebuildEconomics:
+class RebuildEconomics(NamedTuple):
     """Spot preemption vs flex premium (SPEC 7)."""
 
     cold_s: float
@@ -646,8 +638,7 @@ class RebuildEconomics:
     break_even_warm_hours: float
 
 
-@dataclass(frozen=True)
-class ExpectedLoad:
+class ExpectedLoad(NamedTuple):
     clients: int
     context: int
     requested_tokens: int
@@ -657,8 +648,7 @@ class ExpectedLoad:
     output_tokens_per_s: float | None  # when the throughput table has that cell
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     geometry: ModelGeometry
     chip: ChipSpec
     gpu_memory_utilization: float
@@ -685,7 +675,7 @@ class Plan:
     rebuild: RebuildEconomics | None
     expected: ExpectedLoad | None
     # {provisioning model: PriceTag} of each priced model (plan --json's price_source etc.).
-    price_sources: Mapping[str, PriceTag] = field(default_factory=dict)
+    price_sources: Mapping[str, PriceTag]
 
     @property
     def kv_block_tokens(self) -> int:
@@ -724,7 +714,7 @@ class Plan:
                 for context in self.throughput.contexts
             },
             **self._rebuild_json(),
-            "expected": None if self.expected is None else asdict(self.expected),
+            "expected": None if self.expected is None else self.expected._asdict(),
         }
 
     def _model_json(self) -> dict[str, Any]:

@@ -9,8 +9,7 @@ Secret Manager's charge per active secret version. Prices are Google's list pric
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpuserve.facts import (
     CHECKPOINT_GIB,
@@ -21,8 +20,7 @@ from tpuserve.facts import (
 )
 
 
-@dataclass(frozen=True)
-class DormantBase:
+class DormantBase(NamedTuple):
     cache_keys: int
     cache_gib: float
     weights_gib: float
@@ -35,7 +33,7 @@ class DormantBase:
         return self.storage_usd_per_month + self.secrets_usd_per_month
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "usd_per_month": round(self.usd_per_month, 4),
+        return {**self._asdict(), "usd_per_month": round(self.usd_per_month, 4),
                 "storage_usd_per_month": round(self.storage_usd_per_month, 4),
                 "secrets_usd_per_month": round(self.secrets_usd_per_month, 4),
                 "cache_gib": round(self.cache_gib, 4), "weights_gib": round(self.weights_gib, 4),

@@ -12,7 +12,7 @@ the reference's measured efficiency. `plan` (every cell of its table) and `plan 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tpuserve.accelerators import ACCELERATORS, MEASURED_ACCELERATOR, Accelerator
 from tpuserve.facts import GiB
@@ -34,8 +34,7 @@ from tpuserve.settings.sections import CapacitySettings
 SPEC6_SOURCE = "measured SPEC 6 (Gemma 4 E2B, v5litepod-1)"
 
 
-@dataclass(frozen=True)
-class Reference:
+class Reference(NamedTuple):
     """The measured throughput every derived one is scaled from: a model on a slice."""
 
     model: str
@@ -88,8 +87,7 @@ def _bandwidth(a: Accelerator) -> float:
     return a.family.hbm_bandwidth_bytes_per_s * a.chips
 
 
-@dataclass(frozen=True)
-class Throughput:
+class Throughput(NamedTuple):
     tok_s: float
     measured: bool
     source: str
@@ -118,8 +116,7 @@ def throughput(ref: Reference, model: str, geometry: ModelGeometry, a: Accelerat
            f" and by clients ({clients} / {near.clients}: optimistic, batching saturates)")))
 
 
-@dataclass(frozen=True)
-class PlanThroughput:
+class PlanThroughput(NamedTuple):
     """The table `plan` prices by, whether it is measured, and its `sources.throughput`."""
 
     table: ThroughputTable

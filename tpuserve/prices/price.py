@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # The source strings `plan --placements --json` prints as price_source (besides
 # `catalog <date>` and `snapshot <source> <date>`, which carry their dates).
@@ -33,8 +33,7 @@ def spec2_source(accelerator_type: str, chips: int, *, measured_on: str = SPEC2_
     return f"{source} (per chip, x{chips} derived)"
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(NamedTuple):
     """$/chip-hour of one (accelerator type, region, provisioning model), with its source."""
 
     usd_per_chip_hour: float

@@ -11,7 +11,7 @@ rules that need the model's heads (settings/capacity.py loads its geometry) are 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tpuserve.accelerators import ACCELERATORS, MEASURED_ACCELERATOR, Accelerator
 from tpuserve.facts import GPU_MEM_CEILING, OUTSIDE_CAP_ASK_MIB, UNGOVERNED_GIB_AT_CEILING
@@ -24,8 +24,7 @@ from tpuserve.settings.vllm import VllmSettings
 OUTSIDE_CAP_GIB = UNGOVERNED_GIB_AT_CEILING + OUTSIDE_CAP_ASK_MIB / 1024
 
 
-@dataclass(frozen=True)
-class Ceiling:
+class Ceiling(NamedTuple):
     value: float
     measured: bool
     source: str  # measured (SPEC 4) or derived (from what)

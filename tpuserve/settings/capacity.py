@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -142,7 +141,7 @@ def _weights_gib(d: Deployment, weights_bytes: int | None) -> float | str:
 def _fits_one_chip(d: Deployment, geometry: ModelGeometry) -> bool:
     """Whether one full request fits one chip of the slice's family at that chip's ceiling."""
     one = one_chip(d.tpu.accelerator)
-    chip = replace(chip_for(d), name=one.accelerator_type, chips=1)
+    chip = chip_for(d)._replace(name=one.accelerator_type, chips=1)
     try:
         plan = plan_for(d, geometry=geometry, chip=chip, tensor_parallel_size=1,
                         gpu_memory_utilization=memory_ceiling(one).value)

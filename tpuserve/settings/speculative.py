@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 METHODS = ("ngram",)
 # key -> (lowest, highest) of an integer key; "method" is the one string.
@@ -29,8 +28,7 @@ INT_KEYS: Mapping[str, tuple[int, int]] = {
 }
 KEYS = ("method", *INT_KEYS)
 
-@dataclass(frozen=True)
-class Support:
+class Support(NamedTuple):
     """What upstream shows for one method on the TPU backend, and where it says so."""
 
     method: str
